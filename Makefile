@@ -1,0 +1,40 @@
+# Two commands do everything on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+CONF   ?= larbin.conf
+
+.PHONY: run test test-slow bench lint clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+## run: crawl the local demo web (served on loopback by the demo itself) with the shipped larbin.conf
+run: $(VENV)/.installed
+	$(PY) -m larbinpy.localweb.demo -- $(VENV)/bin/larbinpy -c $(CONF) --scratch
+
+## test: the whole suite (< 5 minutes), plus ruff
+test: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check larbinpy tests
+	$(PY) -m pytest -q
+
+## test-slow: the long checks kept out of `make test`
+test-slow: $(VENV)/.installed-test
+	$(PY) -m pytest -q -m slow
+
+## bench: crawl a synthetic local web and print pages/s, CPU per page, RSS, ratio to a bare fetch loop
+bench: $(VENV)/.installed
+	$(VENV)/bin/larbinpy bench
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check larbinpy tests
+
+clean:
+	rm -rf $(VENV) larbin-state save .pytest_cache

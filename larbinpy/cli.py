@@ -1,0 +1,118 @@
+"""The `larbinpy` command: run a crawl, submit URLs, benchmark, check a configuration.
+
+Exit codes (SPEC.md): 0 done or stopped cleanly, 2 bad configuration or arguments, 1 crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .config import Config, ConfigError, describe, load_config
+from .state import StateError
+
+log = logging.getLogger("larbinpy")
+
+
+def setup_logging(verbosity: int, log_file: str | None = None) -> None:
+    """Logs to stderr (or logFile): WARNING with -q, INFO by default, DEBUG with -v."""
+    level = {-1: logging.WARNING, 0: logging.INFO}.get(verbosity, logging.DEBUG)
+    handler: logging.Handler = (
+        logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def run_loop(coro: object) -> int:
+    """Run a coroutine on uvloop when installed, else on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+    return uvloop.run(coro)  # type: ignore[arg-type]
+
+
+def check_runtime(cfg: Config) -> None:
+    """Checks that need the file system: files the configuration names must exist."""
+    if cfg.seed_file and not Path(cfg.seed_file).is_file():
+        raise cfg.error("seedfile", f"seedFile {cfg.seed_file} does not exist")
+    if cfg.ca_file and not Path(cfg.ca_file).is_file():
+        raise cfg.error("cafile", f"caFile {cfg.ca_file} does not exist")
+    if cfg.user_output:
+        from .outputs import load_hook
+
+        try:
+            load_hook(cfg.user_output)
+        except (ImportError, AttributeError, TypeError) as exc:
+            raise cfg.error("useroutput", f"userOutput {cfg.user_output}: {exc}") from None
+
+
+def cmd_crawl(args: argparse.Namespace) -> int:
+    """Run a crawl."""
+    cfg = load_config(args.config)
+    check_runtime(cfg)
+    setup_logging(args.verbose - args.quiet, cfg.log_file)
+    from .crawler import Crawler
+
+    async def main() -> int:
+        crawler = Crawler(cfg, scratch=args.scratch, progress=True)
+        return await crawler.run()
+
+    return run_loop(main())
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    """Validate a configuration and print it."""
+    cfg = load_config(args.config)
+    check_runtime(cfg)
+    print(describe(cfg))
+    return 0
+
+
+def crawl_parser() -> argparse.ArgumentParser:
+    """`larbinpy -c larbin.conf [--scratch]`."""
+    p = argparse.ArgumentParser(
+        prog="larbinpy",
+        description="larbin's crawler on one asyncio loop. Subcommands: submit, bench, "
+        "check-config (see `larbinpy SUBCOMMAND -h`).",
+    )
+    p.add_argument("-c", "--config", default="larbin.conf", help="larbin.conf to use")
+    p.add_argument("--scratch", action="store_true", help="ignore saved state, start fresh")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    p.add_argument("-q", "--quiet", action="count", default=0)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `larbinpy` command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "check-config":
+            p = argparse.ArgumentParser(prog="larbinpy check-config")
+            p.add_argument("-c", "--config", default="larbin.conf")
+            return cmd_check_config(p.parse_args(argv[1:]))
+        if argv and argv[0] == "submit":
+            from .submit import main as submit_main
+
+            return submit_main(argv[1:])
+        if argv and argv[0] == "bench":
+            from .bench import main as bench_main
+
+            return bench_main(argv[1:])
+        return cmd_crawl(crawl_parser().parse_args(argv))
+    except (ConfigError, StateError) as exc:
+        print(f"larbinpy: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # argparse: bad arguments exit 2 already
+        return int(exc.code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

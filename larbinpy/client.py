@@ -1,0 +1,56 @@
+"""The HTTP client the robots and reader stages share: one aiohttp session, keep-alive.
+
+One `TCPConnector` for the whole crawl; the opener already limits connections, so the
+connector does not; DNS comes from the DNS stage's cache through `CrawlerResolver`.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+import aiohttp
+
+from .config import Config
+from .stages.dns import CrawlerResolver, Dns
+
+VERSION = "0.1.0"
+
+
+def request_headers(cfg: Config) -> dict[str, str]:
+    """Headers sent with every request: who we are and how to reach the operator."""
+    headers = {"User-Agent": cfg.user_agent, "Accept": "*/*"}
+    if cfg.from_:
+        headers["From"] = cfg.from_
+    return headers
+
+
+def ssl_context(cfg: Config) -> ssl.SSLContext | bool:
+    """Certificate checking as configured (`tlsVerify`, `caFile`)."""
+    if not cfg.tls_verify:
+        return False
+    ctx = ssl.create_default_context()
+    if cfg.ca_file:
+        ctx.load_verify_locations(cfg.ca_file)
+    return ctx
+
+
+def make_session(cfg: Config, dns: Dns) -> aiohttp.ClientSession:
+    """The crawl's one client session."""
+    connector = aiohttp.TCPConnector(
+        limit=0,  # the opener enforces pagesConnexions and connectionsPerHost
+        resolver=CrawlerResolver(dns),
+        use_dns_cache=False,  # the DNS stage caches, honouring TTLs
+        ssl=ssl_context(cfg),
+        keepalive_timeout=30,
+    )
+    timeout = aiohttp.ClientTimeout(
+        total=cfg.timeout_total, sock_connect=cfg.timeout_connect, sock_read=cfg.timeout_read
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=timeout,
+        headers=request_headers(cfg),
+        cookie_jar=aiohttp.DummyCookieJar(),  # cookies are off unless configured (not yet)
+        auto_decompress=True,
+        skip_auto_headers=("User-Agent",),
+    )

@@ -1,0 +1,242 @@
+"""The crawl: builds the stages, wires them in pipeline order, runs them on one event loop.
+
+Data flows one way: input -> frontier -> sequencer -> site queues -> DNS (then robots.txt)
+-> opener -> reader -> outputs, with the reader's links and redirects going back to input.
+`idle()` is the one explicit "is the crawl done?" check over every stage's counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from .client import make_session
+from .config import Config
+from .frontier import MemoryFrontier
+from .hashset import BitmapSeenSet
+from .netpolicy import NetworkPolicy
+from .outputs import Outputs
+from .progress import Progress
+from .records import Job, Site
+from .sites import Sites
+from .stages.bandwidth import BandwidthLimiter
+from .stages.dns import Dns
+from .stages.input import Input
+from .stages.opener import Opener
+from .stages.reader import Reader
+from .stages.robots import Robots
+from .stages.sequencer import Sequencer
+from .state import StateDir
+from .stats import Stats
+from .urls import DEFAULT_STRIP_PARAMS, Normalizer
+
+log = logging.getLogger("larbinpy")
+
+CONTENT_BITS = 1 << 28  # noDup's digest bitmap: 32 MiB, ~1% false positives at 10M pages
+SEED_BATCH = 1000
+
+
+class Crawler:
+    """One crawl, from larbin.conf to exit."""
+
+    def __init__(self, cfg: Config, scratch: bool = False, progress: bool = False) -> None:
+        self.cfg, self.scratch = cfg, scratch
+        self.stats = Stats()
+        self.state = StateDir(
+            cfg.state_dir,
+            {"hashSize": cfg.hash_size, "hashFunctions": cfg.hash_functions},
+            scratch,
+        )
+        self.seen = BitmapSeenSet(self.state.bitmap_path("seen"), cfg.hash_size, cfg.hash_functions)
+        self.contents = (
+            BitmapSeenSet(self.state.bitmap_path("contents"), CONTENT_BITS) if cfg.no_dup else None
+        )
+        strip = frozenset(cfg.strip_params) if cfg.strip_params is not None else None
+        self.normalizer = Normalizer(
+            strip_params=strip if strip is not None else DEFAULT_STRIP_PARAMS,
+            max_length=cfg.max_url_length,
+        )
+        self.frontier = MemoryFrontier()
+        self.sites = Sites(self.stats, cfg.wait_duration)
+        self.input = Input(cfg, self.normalizer, self.seen, self.frontier, self.stats,
+                           journal=self.state.journal)
+        self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call)
+        self.robots = Robots(cfg, self.stats, self.sites)
+        self.outputs = Outputs(cfg, self.stats)
+        self.limiter = BandwidthLimiter(cfg.max_bandwidth) if cfg.max_bandwidth else None
+        self.reader = Reader(cfg, self.stats, self.normalizer, self.robots, self.input,
+                             self.outputs.write, self.limiter, self.contents)
+        self.opener = Opener(cfg, self.sites, self.robots, self.reader, self.changed)
+        self.dns = Dns(cfg, self.stats, self.sites, NetworkPolicy(cfg.allow_networks),
+                       self._resolved)
+        # the pipeline's arrows
+        self.input.on_queued = self.sequencer.notify
+        self.sites.on_new_site = self.dns.submit
+        self.sites.on_job = self.opener.consider
+        self.progress = Progress(self, enabled=progress)
+        self.loading = 0  # seed sources still being read
+        self.stop_requested = False
+        self._changed = asyncio.Event()
+        self._last_checkpoint = time.monotonic()
+
+    # --- "is the crawl done?" ---
+
+    def idle(self) -> bool:
+        """True exactly when nothing is queued, parked or in flight in any stage."""
+        return (
+            self.loading == 0
+            and len(self.frontier) == 0
+            and self.sites.queued == 0
+            and self.dns.waiting_sites == 0
+            and self.opener.in_flight == 0
+        )
+
+    def changed(self) -> None:
+        """A stage finished something: re-check whether the crawl is done."""
+        self._changed.set()
+
+    def _resolved(self, site: Site) -> None:
+        """DNS answered for a site: on to the opener."""
+        self.opener.consider(site)
+        self.changed()
+
+    # --- run ---
+
+    async def run(self) -> int:
+        """Crawl until done (exitAtEnd) or stopped by a signal; return the exit code."""
+        restored = self.state.load()
+        if restored:
+            log.info("resuming: %d URLs to fetch from %s", len(restored), self.cfg.state_dir)
+            self.input.restore(restored)
+        self.state.open_journal()
+        session = make_session(self.cfg, self.dns)
+        self.robots.session = self.reader.session = session
+        tasks = [*self.dns.start(), *self.opener.start(),
+                 asyncio.ensure_future(self.sequencer.run()),
+                 asyncio.ensure_future(self._tick())]
+        self._install_signals()
+        try:
+            await self._load_seeds()
+            await self._wait_until_done()
+            await self._stop(tasks)
+        finally:
+            await session.close()
+            self._close()
+        self.progress.summary()
+        return 0
+
+    async def _load_seeds(self) -> None:
+        """startUrl lines, then seedFile, through the input stage."""
+        self.loading += 1
+        try:
+            for depth, group in itertools.groupby(self.cfg.start_urls, key=lambda s: s.depth):
+                self._submit_seeds([s.url for s in group], depth)
+            if self.cfg.seed_file:
+                for batch in _batches(_read_lines(self.cfg.seed_file), SEED_BATCH):
+                    self._submit_seeds(batch, self.cfg.depth_in_site)
+                    await asyncio.sleep(0)  # a huge seed file must not stall the crawl
+        finally:
+            self.loading -= 1
+            self.changed()
+
+    def _submit_seeds(self, urls: list[str], depth: int) -> None:
+        """Submit seeds; a refused seed is logged (a duplicate is normal on resume)."""
+        result = self.input.submit(urls, depth=depth)
+        for url, reason in result.rejected:
+            level = logging.DEBUG if reason.startswith("duplicate") else logging.WARNING
+            log.log(level, "seed %s refused: %s", url, reason)
+
+    async def _wait_until_done(self) -> None:
+        """Wake on every change; stop when asked, or when idle with exitAtEnd."""
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            if self.stop_requested or (self.cfg.exit_at_end and self.idle()):
+                return
+
+    async def _stop(self, tasks: list[asyncio.Task[None]]) -> None:
+        """No new fetches; let running ones finish (bounded), then cancel and checkpoint."""
+        self.opener.stopping = True
+        deadline = time.monotonic() + self.cfg.timeout_total
+        while self.opener.in_flight and time.monotonic() < deadline and not self._forced:
+            self._changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), 0.5)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.checkpoint()
+
+    def pending(self) -> Iterator[Job]:
+        """Every job not fetched yet: FIFOs, site queues, fetches in flight."""
+        yield from self.frontier.jobs()
+        yield from self.sites.jobs()
+        yield from self.opener.active.values()
+
+    def checkpoint(self) -> None:
+        """Make outputs and state durable, then save the pending jobs."""
+        self.outputs.flush()
+        self.seen.flush()
+        if self.contents is not None:
+            self.contents.flush()
+        self.state.checkpoint(self.pending())
+        self._last_checkpoint = time.monotonic()
+
+    async def _tick(self) -> None:
+        """Once a second: throughput sample, progress line, checkpoint when due."""
+        while True:
+            await asyncio.sleep(1.0)
+            self.stats.sample()
+            self.progress.update()
+            if time.monotonic() - self._last_checkpoint >= self.cfg.checkpoint_interval:
+                self.checkpoint()
+            self.changed()  # belt and braces: the done check is exact, this only re-runs it
+
+    # --- signals and shutdown ---
+
+    _forced = False
+
+    def _install_signals(self) -> None:
+        """SIGTERM/SIGINT: clean stop; a second one: stop waiting for running fetches."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+
+    def request_stop(self) -> None:
+        """Stop cleanly (second call: do not wait for fetches in flight)."""
+        if self.stop_requested:
+            self._forced = True
+        self.stop_requested = True
+        log.info("stopping: no new fetches, checkpointing")
+        self.changed()
+
+    def _close(self) -> None:
+        """Release files."""
+        self.dns.close()
+        self.outputs.close()
+        self.seen.close()
+        if self.contents is not None:
+            self.contents.close()
+        self.state.close()
+
+
+def _read_lines(path: str) -> Iterator[str]:
+    """Non-empty, non-comment lines of a seed file."""
+    with open(Path(path), encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                yield line
+
+
+def _batches(items: Iterator[str], size: int) -> Iterator[list[str]]:
+    """Consecutive lists of `size` items."""
+    while batch := list(itertools.islice(items, size)):
+        yield batch

@@ -1,0 +1,307 @@
+"""The synthetic web crawled by `larbinpy bench`: deterministic pages made on the fly.
+
+Host i is `h{i}.bench.test`; its pages are `/` (page 0) and `/p1.html` ... `/p{pages-1}.html`.
+A page is a pure function of (seed, host, page number, port), so nothing is stored per page:
+memory is O(hosts) for the Site list plus a bounded LRU of rendered bodies. Page n always links
+to page n+1, so everything is reachable from `/`; the other links are random, 90% on the same
+host (root-relative, relative and absolute forms mixed) and `cross_host` absolute links to other
+hosts. Every host serves a robots.txt disallowing /private/, which no page links to.
+
+Hosts get loopback IPs base+1 ... base+250, then the next /24 (127.0.3.1 ...), up to `max_ips`
+distinct IPs; beyond that hosts share IPs round-robin (host i uses IP number i % max_ips).
+
+Run as a separate process for the benchmark (so serving CPU is not charged to the crawler):
+    python -m larbinpy.localweb.synth serve --hosts N --pages N --http-port P --dns-port Q
+It prints `READY <http_port> <dns_port>` on stdout (and writes the same two numbers to
+--ready-file if given) once listening, then serves until SIGTERM/SIGINT.
+`python -m larbinpy.localweb.synth urls --hosts N --pages N --http-port P` lists every URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import ipaddress
+import os
+import random
+import signal
+import sys
+from collections.abc import Iterator
+
+from larbinpy.localweb.dnsserver import DnsServer
+from larbinpy.localweb.web import LocalWeb, Page, Site
+
+DOMAIN = "bench.test"
+ROBOTS_TXT = "User-agent: *\nDisallow: /private/\n"
+_ROBOTS_PAGE = Page(body=ROBOTS_TXT.encode(), content_type="text/plain")
+_IPS_PER_BLOCK = 250  # .1 ... .250 of each /24: avoids .0 and .255, which look odd in logs
+_LRU_SIZE = 4096
+_WORDS = (
+    "crawler spider queue fetch parse robots politeness host page link anchor frontier "
+    "resolver socket buffer header body status redirect cache index archive document web "
+    "network latency throughput event loop coroutine select poll timeout retry bandwidth "
+    "server client request response encoding charset html text title paragraph section "
+    "the a of and to in is for on with as by at from that this it be are was were or an"
+).split()
+
+
+def host_name(i: int) -> str:
+    """Name of synthetic host number i."""
+    return f"h{i}.{DOMAIN}"
+
+
+def host_ip(i: int, base_ip: str = "127.0.2.0", max_ips: int = 1000) -> str:
+    """Loopback IP of host i: base+1..base+250, then the next /24, wrapping at max_ips."""
+    k = i % max_ips
+    addr = ipaddress.IPv4Address(base_ip) + (k // _IPS_PER_BLOCK) * 256 + k % _IPS_PER_BLOCK + 1
+    if not addr.is_loopback:
+        raise ValueError(f"synthetic host {i} would get {addr}, outside 127.0.0.0/8")
+    return str(addr)
+
+
+def page_path(n: int) -> str:
+    """Path of page n (page 0 is the root)."""
+    return "/" if n == 0 else f"/p{n}.html"
+
+
+def synth_urls(hosts: int, pages: int, port: int) -> Iterator[str]:
+    """Every reachable page URL, page-major (so consecutive URLs hit different hosts)."""
+    for n in range(pages):
+        for h in range(hosts):
+            yield f"http://{host_name(h)}:{port}{page_path(n)}"
+
+
+@functools.lru_cache(maxsize=4)
+def _filler(size: int) -> str:
+    """A fixed block of pseudo-text that page bodies are sliced from."""
+    rng = random.Random(0)
+    words: list[str] = []
+    total = 0
+    while total < size:
+        word = rng.choice(_WORDS)
+        words.append(word)
+        total += len(word) + 1
+    return " ".join(words)
+
+
+class SynthFactory:
+    """page_factory for LocalWeb: renders synthetic pages on demand, with a bounded LRU."""
+
+    def __init__(
+        self,
+        hosts: int,
+        pages: int,
+        *,
+        port: int = 0,
+        page_bytes: int = 15000,
+        links: int = 40,
+        cross_host: float = 0.10,
+        seed: int = 1,
+    ) -> None:
+        self.hosts, self.pages = hosts, pages
+        self.page_bytes, self.links = page_bytes, links
+        self.cross_host, self.seed = cross_host, seed
+        self._port = port
+        self._text = _filler(max(2 * page_bytes, 65536))
+        self._render = functools.lru_cache(maxsize=_LRU_SIZE)(self._render_uncached)
+
+    @property
+    def port(self) -> int:
+        """HTTP port written into absolute links."""
+        return self._port
+
+    @port.setter
+    def port(self, value: int) -> None:
+        """Change the port (e.g. once LocalWeb picked one); cached bodies become stale."""
+        self._port = value
+        self._render.cache_clear()
+
+    def __call__(self, host: str, path_qs: str) -> Page | None:
+        """The page for host + path, or None (404) if it is not part of the synthetic web."""
+        h, n = self.host_index(host), self.page_number(path_qs)
+        if h is None or n is None:
+            return None
+        return self._render(h, n)
+
+    def host_index(self, host: str) -> int | None:
+        """i for `h{i}.bench.test` within range, else None."""
+        label, _, domain = host.partition(".")
+        digits = label[1:]
+        if domain != DOMAIN or label[:1] != "h" or not digits.isdigit():
+            return None
+        i = int(digits)
+        return i if str(i) == digits and i < self.hosts else None
+
+    def page_number(self, path_qs: str) -> int | None:
+        """n for `/` or `/p{n}.html` within range, else None."""
+        if path_qs == "/":
+            return 0
+        if not (path_qs.startswith("/p") and path_qs.endswith(".html")):
+            return None
+        digits = path_qs[2:-5]
+        if not digits.isdigit() or str(int(digits)) != digits:
+            return None
+        n = int(digits)
+        return n if 0 < n < self.pages else None
+
+    def url(self, h: int, n: int) -> str:
+        """Absolute URL of page n on host h."""
+        return f"http://{host_name(h)}:{self._port}{page_path(n)}"
+
+    def links_of(self, h: int, n: int) -> list[str]:
+        """The hrefs of page n on host h, exactly as written in its HTML."""
+        rng = random.Random(f"{self.seed}:{h}:{n}")
+        hrefs = [page_path(n + 1)] if n + 1 < self.pages else []
+        while len(hrefs) < self.links:
+            hrefs.append(self._random_href(rng, h))
+        return hrefs
+
+    def _random_href(self, rng: random.Random, h: int) -> str:
+        """One random link: another host's page, or this host's in one of three forms."""
+        m = rng.randrange(self.pages)
+        if self.hosts > 1 and rng.random() < self.cross_host:
+            other = (h + 1 + rng.randrange(self.hosts - 1)) % self.hosts
+            return self.url(other, m)
+        form = rng.randrange(3)
+        if form == 0:
+            return page_path(m)
+        if form == 1:
+            return "./" if m == 0 else f"p{m}.html"  # relative; every page lives at the root
+        return self.url(h, m)
+
+    def _render_uncached(self, h: int, n: int) -> Page:
+        """Build the HTML of page n on host h (about page_bytes long)."""
+        rng = random.Random(f"{self.seed}:{h}:{n}:text")
+        hrefs = self.links_of(h, n)
+        title = f"{host_name(h)} page {n}"
+        chunk = max(0, (self.page_bytes - 200 - 40 * len(hrefs)) // (len(hrefs) + 1))
+        parts = [
+            f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>"
+            f"</head>\n<body><h1>{title}</h1>\n"
+        ]
+        for i, href in enumerate([*hrefs, None]):
+            start = self._text.find(" ", rng.randrange(len(self._text) - 2 * chunk - 1)) + 1
+            parts.append(f"<p>{self._text[start:start + chunk]}")
+            if href is not None:
+                parts.append(f' <a href="{href}">link {i}</a>')
+            parts.append("</p>\n")
+        parts.append("</body></html>\n")
+        return Page(body="".join(parts).encode())
+
+
+def synth_sites(
+    hosts: int,
+    pages: int,
+    *,
+    base_ip: str = "127.0.2.0",
+    page_bytes: int = 15000,
+    links: int = 40,
+    cross_host: float = 0.10,
+    seed: int = 1,
+    port: int = 0,
+    max_ips: int = 1000,
+) -> tuple[list[Site], SynthFactory]:
+    """Sites (with robots.txt) and the page factory of a synthetic web; see module docstring."""
+    sites = [
+        Site(host_name(i), host_ip(i, base_ip, max_ips), {"/robots.txt": _ROBOTS_PAGE})
+        for i in range(hosts)
+    ]
+    factory = SynthFactory(hosts, pages, port=port, page_bytes=page_bytes, links=links,
+                           cross_host=cross_host, seed=seed)
+    return sites, factory
+
+
+async def start_synth(
+    hosts: int, pages: int, *, http_port: int = 0, dns_port: int = 0, record: bool = True,
+    **kwargs: object,
+) -> tuple[LocalWeb, DnsServer, SynthFactory]:
+    """Start LocalWeb + DnsServer for a synthetic web (kwargs go to synth_sites)."""
+    sites, factory = synth_sites(hosts, pages, port=http_port, **kwargs)  # type: ignore[arg-type]
+    web = LocalWeb(sites, port=http_port, page_factory=factory, record=record)
+    await web.start()
+    factory.port = web.port
+    dns = DnsServer(web.dns_records, port=dns_port)
+    try:
+        await dns.start()
+    except BaseException:
+        await web.stop()
+        raise
+    return web, dns, factory
+
+
+def _write_ready(path: str, text: str) -> None:
+    """Write the ready file atomically, so a poller never reads half of it."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    """Serve the synthetic web until SIGTERM/SIGINT."""
+    web, dns, _ = await start_synth(
+        args.hosts, args.pages, http_port=args.http_port, dns_port=args.dns_port, record=False,
+        page_bytes=args.page_bytes, links=args.links, cross_host=args.cross_host,
+        seed=args.seed, max_ips=args.max_ips,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        if args.ready_file:
+            _write_ready(args.ready_file, f"{web.port} {dns.port}\n")
+        print(f"READY {web.port} {dns.port}", flush=True)
+        await stop.wait()
+    finally:
+        await dns.stop()
+        await web.stop()
+
+
+def _run(coro: object) -> None:
+    """Run a coroutine on uvloop when available (cheaper serving), else asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coro)  # type: ignore[arg-type]
+    else:
+        uvloop.run(coro)  # type: ignore[arg-type]
+
+
+def _parser() -> argparse.ArgumentParser:
+    """Command line of `python -m larbinpy.localweb.synth`."""
+    p = argparse.ArgumentParser(prog="python -m larbinpy.localweb.synth", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    serve = sub.add_parser("serve", help="serve the synthetic web (DNS + HTTP) until SIGTERM")
+    urls = sub.add_parser("urls", help="print every page URL")
+    for sp in (serve, urls):
+        sp.add_argument("--hosts", type=int, default=100)
+        sp.add_argument("--pages", type=int, default=100, help="pages per host")
+        sp.add_argument("--http-port", type=int, default=0)
+    serve.add_argument("--dns-port", type=int, default=0)
+    serve.add_argument("--ready-file", default=None)
+    serve.add_argument("--page-bytes", type=int, default=15000)
+    serve.add_argument("--links", type=int, default=40)
+    serve.add_argument("--cross-host", type=float, default=0.10)
+    serve.add_argument("--seed", type=int, default=1)
+    serve.add_argument("--max-ips", type=int, default=1000)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    args = _parser().parse_args(argv)
+    if args.cmd == "urls":
+        with contextlib.suppress(BrokenPipeError):
+            for url in synth_urls(args.hosts, args.pages, args.http_port):
+                sys.stdout.write(url + "\n")
+        return 0
+    _run(_serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The data that flows through the pipeline: a URL (`Job`), a site (`Site`), a page (`Page`).
+
+A `Job` goes input -> priority FIFO -> its site's queue -> a fetch. A `Site` is one record per
+scheme+host+port (larbin's NamedSite): its queue, DNS/robots state and politeness clock. An
+`IpSlot` is the politeness clock shared by every site on one IP address (larbin's IPSite).
+A `Page` is what the reader hands to the outputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Job:
+    """One URL to fetch: `depth` is the remaining depth budget (larbin's meaning)."""
+
+    url: str
+    depth: int
+    priority: int = 0
+    hops: int = 0  # redirects followed to reach this URL
+
+
+class SiteState(enum.Enum):
+    """Where a site is in the pipeline."""
+
+    DNS = "waiting DNS"
+    ROBOTS = "waiting robots"
+    READY = "ready"
+    DEAD = "dead"  # DNS failed or network denied: its URLs are dropped until the cache expires
+
+
+@dataclass(slots=True, eq=False)
+class IpSlot:
+    """Politeness clock of one IP address, shared by all its sites."""
+
+    addr: str
+    in_flight: int = 0
+    ready_at: float = 0.0
+    waiting: deque[Site] = field(default_factory=deque)
+
+
+@dataclass(slots=True, eq=False)
+class Site:
+    """One scheme+host+port: its queue of jobs and everything politeness needs."""
+
+    key: str
+    host: str
+    state: SiteState = SiteState.DNS
+    queue: deque[Job] = field(default_factory=deque)
+    ip: IpSlot | None = None
+    dead_until: float = 0.0
+    dead_reason: str = "noDNS"  # outcome counted for URLs that arrive while the site is dead
+    robots: Any = None  # a Protego parser, or None for "allow all"
+    robots_expires: float = 0.0  # 0: robots.txt still to fetch before any page
+    robots_failures: int = 0
+    delay: float = 0.0  # seconds between fetches: max(waitDuration, Crawl-delay)
+    in_flight: int = 0
+    ready_at: float = 0.0
+    pages: int = 0
+    in_ready: bool = False  # already on the opener's ready queue
+    waiting_ip: bool = False  # already parked on its IP's waiting list
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass(slots=True)
+class Page:
+    """A fetched page, as the outputs see it."""
+
+    job: Job
+    url: str  # the URL fetched (redirects are separate jobs, so also the final URL)
+    status: int
+    headers: Any  # multidict of response headers
+    body: bytes
+    content_type: str
+    ip: str
+    fetched_at: float  # wall-clock time
+    elapsed: float  # seconds the fetch took
+    links: list[str] = field(default_factory=list)
+    redirect_to: str | None = None

@@ -1,0 +1,75 @@
+"""What the crawl may fetch: the input stage's scope rules, one check per normalized URL.
+
+Rules from larbin.conf: `limitToDomain`, `forbiddenExtensions`, `excludePatterns` /
+`includePatterns`, `cgiLevel`, `maxUrlLength`, and a spider-trap heuristic (a path segment
+repeated many times, or absurdly deep paths). Depth and `noExternalLinks` depend on where a
+link was found, so the input stage applies them (`child_depth`).
+"""
+
+from __future__ import annotations
+
+from .config import Config
+from .urls import host_of, path_of
+
+MAX_SEGMENT_REPEATS = 3  # /a/b/a/b/a/b/a is a trap; a real path rarely repeats a segment 4 times
+MAX_PATH_SEGMENTS = 40
+
+
+class Scope:
+    """The static scope rules of a crawl."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.max_length = cfg.max_url_length
+        self.domains = tuple(d.lstrip("*") for d in cfg.limit_to_domain)
+        self.extensions = frozenset(cfg.forbidden_extensions)
+        self.exclude = cfg.exclude_patterns
+        self.include = cfg.include_patterns
+        self.cgi = cfg.cgi_level >= 1
+
+    def check(self, url: str) -> str | None:
+        """Why a normalized URL is out of scope (an outcome kind), or None if it is in."""
+        if len(url) > self.max_length:
+            return "trap"
+        if self.domains and not self._domain_ok(host_of(url)):
+            return "outOfScope"
+        path = path_of(url)
+        if self.extensions and url_extension(path) in self.extensions:
+            return "outOfScope"
+        if self.cgi and ("?" in path or "=" in path or "*" in path):
+            return "outOfScope"
+        if self.exclude and any(p.search(url) for p in self.exclude):
+            return "outOfScope"
+        if self.include and not any(p.search(url) for p in self.include):
+            return "outOfScope"
+        if path.count("/") > 4 and is_trap_path(path):
+            return "trap"
+        return None
+
+    def _domain_ok(self, host: str) -> bool:
+        """limitToDomain: `.fr` matches any host ending in .fr; `a.com` matches a.com and x.a.com."""
+        for d in self.domains:
+            if host == d.lstrip(".") or host.endswith(d if d.startswith(".") else "." + d):
+                return True
+        return False
+
+
+
+def url_extension(url: str) -> str:
+    """Lower-case extension of a URL's (or path's) last segment, with its dot ('' if none)."""
+    path = url.split("?", 1)[0]
+    last = path[path.rfind("/") + 1 :]
+    dot = last.rfind(".")
+    return last[dot:].lower() if dot >= 0 else ""
+
+
+def is_trap_path(path: str) -> bool:
+    """A path that repeats a segment too often or nests too deep (calendar/relative-link loops)."""
+    segments = [s for s in path.split("?", 1)[0].split("/") if s]
+    if len(segments) > MAX_PATH_SEGMENTS:
+        return True
+    counts: dict[str, int] = {}
+    for s in segments:
+        counts[s] = counts.get(s, 0) + 1
+        if counts[s] > MAX_SEGMENT_REPEATS:
+            return True
+    return False

@@ -1,0 +1,179 @@
+"""Stage 3, larbin's fetchDns: resolve each new site's host, then hand the site on.
+
+aiodns queries, at most `dnsConnexions` in flight (a fixed pool of workers over a queue),
+one query per host however many sites or fetches wait for it (the future is registered
+before the first await, as in aiohttp's connector), a per-host cache that honours the TTL
+within a floor and a ceiling, and a negative cache for failures. The same cache answers the
+HTTP client (`CrawlerResolver`), so a fetch never makes a DNS query of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import aiodns
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from ..config import Config
+from ..netpolicy import DeniedNetworkError, NetworkPolicy
+from ..records import Site, SiteState
+from ..sites import Sites
+from ..stats import Stats
+
+TTL_FLOOR = 60.0  # a TTL of 0 must not mean one query per fetch
+TTL_CEILING = 6 * 3600.0  # a long crawl should notice a host that moved
+NEGATIVE_TTL = 300.0  # how long a failed host stays failed
+QUERY_TIMEOUT = 5.0
+QUERY_TRIES = 2
+_ADDR_TYPES = {"A": 1, "AAAA": 28}
+
+
+def ip_literal(host: str) -> str | None:
+    """The address if `host` is an IP literal (IPv6 may be bracketed), else None."""
+    h = host[1:-1] if host.startswith("[") else host
+    try:
+        return str(ipaddress.ip_address(h))
+    except ValueError:
+        return None
+
+
+class Dns:
+    """Per-host resolution with a shared in-flight future and a TTL cache."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        stats: Stats,
+        sites: Sites,
+        policy: NetworkPolicy,
+        on_resolved: Callable[[Site], None],
+    ) -> None:
+        self.cfg, self.stats, self.sites, self.policy = cfg, stats, sites, policy
+        self.on_resolved = on_resolved
+        self.cache: dict[str, tuple[float, list[str]]] = {}  # host -> (expires, ips; [] = failed)
+        self.inflight: dict[str, asyncio.Future[list[str]]] = {}
+        self.queue: asyncio.Queue[str] = asyncio.Queue()
+        self.waiting_sites = 0
+        self._resolver: aiodns.DNSResolver | None = None
+
+    def start(self) -> list[asyncio.Task[None]]:
+        """Create the resolver and the `dnsConnexions` workers."""
+        self._resolver = aiodns.DNSResolver(
+            nameservers=self.cfg.dns_servers or None, timeout=QUERY_TIMEOUT, tries=QUERY_TRIES
+        )
+        return [asyncio.ensure_future(self._worker()) for _ in range(self.cfg.dns_connexions)]
+
+    def submit(self, site: Site) -> None:
+        """A site needs its address: look it up (or join the lookup in flight)."""
+        site.state = SiteState.DNS
+        self.waiting_sites += 1
+        fut = self.lookup(site.host)
+        if fut.done():
+            self._resolved(site, fut)
+        else:
+            fut.add_done_callback(lambda f: self._resolved(site, f))
+
+    def lookup(self, host: str) -> asyncio.Future[list[str]]:
+        """Addresses of a host ([] if it failed): cached, shared in flight, or queued."""
+        loop = asyncio.get_running_loop()
+        literal = ip_literal(host)
+        hit = ([literal], None) if literal else self._cached(host, loop.time())
+        if hit is not None:
+            fut: asyncio.Future[list[str]] = loop.create_future()
+            fut.set_result(hit[0])
+            return fut
+        fut = self.inflight.get(host)  # type: ignore[assignment]
+        if fut is None:
+            # registered before any await: every later caller shares this one query
+            fut = self.inflight[host] = loop.create_future()
+            self.queue.put_nowait(host)
+        return fut
+
+    def _cached(self, host: str, now: float) -> tuple[list[str], None] | None:
+        """A cache entry still valid, else None."""
+        entry = self.cache.get(host)
+        if entry is None or entry[0] <= now:
+            return None
+        return entry[1], None
+
+    def _resolved(self, site: Site, fut: asyncio.Future[list[str]]) -> None:
+        """Hand a site on once its host is known, or drop its jobs if it is not."""
+        self.waiting_sites -= 1
+        now = asyncio.get_running_loop().time()
+        ips = fut.result()
+        allowed = [ip for ip in ips if self.policy.allowed(ip)]
+        if not allowed:
+            site.state = SiteState.DEAD
+            site.dead_reason = "deniedNetwork" if ips else "noDNS"
+            site.dead_until = self.cache.get(site.host, (now + NEGATIVE_TTL, []))[0]
+            self.sites.drop(site, site.dead_reason)
+        else:
+            site.ip = self.sites.ip_slot(allowed[0])
+            site.state = SiteState.ROBOTS if self.cfg.robots else SiteState.READY
+        self.on_resolved(site)
+
+    async def _worker(self) -> None:
+        """One of `dnsConnexions`: resolve queued hosts one at a time."""
+        while True:
+            host = await self.queue.get()
+            ips, ttl = await self._query(host)
+            now = asyncio.get_running_loop().time()
+            self.cache[host] = (now + ttl, ips)
+            fut = self.inflight.pop(host)
+            fut.set_result(ips)
+
+    async def _query(self, host: str) -> tuple[list[str], float]:
+        """Ask the DNS server(s): (addresses, seconds to cache them)."""
+        assert self._resolver is not None
+        qtypes = {"4": ["A"], "6": ["AAAA"]}.get(self.cfg.ip_version, ["A", "AAAA"])
+        for qtype in qtypes:
+            self.stats.dns_queries += 1
+            try:
+                result = await self._resolver.query_dns(host, qtype)
+            except aiodns.error.DNSError:
+                continue
+            records = [r for r in result.answer if r.type == _ADDR_TYPES[qtype]]
+            if records:
+                ttl = min(r.ttl for r in records)
+                return [r.data.addr for r in records], min(max(ttl, TTL_FLOOR), TTL_CEILING)
+        return [], NEGATIVE_TTL
+
+    def close(self) -> None:
+        """Release the c-ares channel."""
+        if self._resolver is not None:
+            self._resolver.cancel()
+
+
+class CrawlerResolver(AbstractResolver):
+    """aiohttp's resolver, answered from the DNS stage's cache and the network policy."""
+
+    def __init__(self, dns: Dns) -> None:
+        self.dns = dns
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        """Allowed addresses of `host`; DeniedNetworkError or OSError otherwise."""
+        ips = await self.dns.lookup(host)
+        if not ips:
+            raise OSError(f"cannot resolve {host}")
+        allowed = [ip for ip in ips if self.dns.policy.allowed(ip)]
+        if not allowed:
+            raise DeniedNetworkError(f"{host} resolves to a denied network")
+        return [_result(host, ip, port) for ip in allowed]
+
+    async def close(self) -> None:
+        """Nothing to release: the DNS stage owns the channel."""
+
+
+def _result(host: str, ip: str, port: int) -> Any:
+    """One aiohttp ResolveResult."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    return {
+        "hostname": host, "host": ip, "port": port, "family": family,
+        "proto": 0, "flags": socket.AI_NUMERICHOST,
+    }

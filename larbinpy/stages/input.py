@@ -1,0 +1,138 @@
+"""Stage 1, larbin's input: every URL that wants in — seeds, submissions, links, redirects.
+
+Each URL is normalized, scoped, then tested against the seen-set; only new URLs become jobs
+on the priority FIFOs. Links of a page come in as one batch, so de-duplication, scope and
+the seen-set cost one pass per page, not one trip through a queue per link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ..config import Config
+from ..frontier import Frontier
+from ..hashset import SeenSet
+from ..records import Job
+from ..scope import Scope
+from ..stats import Stats
+from ..urls import Normalizer, site_key
+
+# Reasons given to whoever submitted a URL (input port, seeds), by outcome kind.
+REASONS = {
+    "invalid": "invalid URL (not http or https, or malformed)",
+    "trap": "too long or a spider trap",
+    "outOfScope": "out of scope",
+    "urlDup": "duplicate (already seen)",
+}
+
+
+@dataclass
+class Submission:
+    """What the input stage made of a batch of submitted URLs."""
+
+    accepted: int
+    rejected: list[tuple[str, str]]  # (url as given, reason)
+
+
+class Input:
+    """Normalize, scope and de-duplicate URLs, then queue the new ones as jobs."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        normalizer: Normalizer,
+        seen: SeenSet,
+        frontier: Frontier,
+        stats: Stats,
+        journal: Callable[[list[Job]], None],
+    ) -> None:
+        self.cfg = cfg
+        self.normalizer = normalizer
+        self.scope = Scope(cfg)
+        self.seen = seen
+        self.frontier = frontier
+        self.stats = stats
+        self.journal = journal
+        self.on_queued: Callable[[], None] = lambda: None
+
+    def submit(
+        self, urls: Iterable[str], priority: int = 0, depth: int | None = None, force: bool = False
+    ) -> Submission:
+        """Seeds and submissions: queue the new ones, say why each other one was refused."""
+        depth = self.cfg.depth_in_site if depth is None else depth
+        candidates: dict[str, str] = {}  # normalized -> as given
+        rejected: list[tuple[str, str]] = []
+        for raw in urls:
+            url = self.normalizer.normalize(raw.strip())
+            reason = "invalid" if url is None else self.scope.check(url)
+            if reason:
+                rejected.append((raw, REASONS[reason]))
+            elif url not in candidates:
+                candidates[url] = raw
+        fresh = list(candidates) if force else self.seen.missing(list(candidates))
+        fresh_set = set(fresh)
+        rejected += [(raw, REASONS["urlDup"]) for u, raw in candidates.items() if u not in fresh_set]
+        self._queue([Job(u, depth, priority) for u in fresh])
+        return Submission(len(fresh), rejected)
+
+    def add_links(self, parent: Job, page_url: str, links: list[str]) -> None:
+        """A page's links (absolute, normalized, de-duplicated): queue the new in-scope ones."""
+        cfg, stats, check = self.cfg, self.stats, self.scope.check
+        here = site_key(page_url)
+        same_depth = parent.depth - 1
+        other_depth = cfg.depth_in_site if cfg.depth_by_site else same_depth
+        wanted: list[str] = []
+        depths: list[int] = []
+        for url in links:
+            external = site_key(url) != here
+            if external and cfg.no_external_links:
+                stats.count("outOfScope")
+                continue
+            depth = other_depth if external else same_depth
+            if depth < 0:
+                stats.count("tooDeep")
+                continue
+            reason = check(url)
+            if reason:
+                stats.count(reason)
+                continue
+            wanted.append(url)
+            depths.append(depth)
+        if not wanted:
+            return
+        fresh = set(self.seen.missing(wanted))
+        stats.count("urlDup", len(wanted) - len(fresh))
+        jobs = [Job(u, d, parent.priority) for u, d in zip(wanted, depths, strict=True) if u in fresh]
+        self._queue(jobs)
+
+    def add_redirect(self, parent: Job, target: str) -> None:
+        """A redirect's target: a new job one hop further, scoped and de-duplicated like a link."""
+        if parent.hops + 1 > self.cfg.max_redirects:
+            self.stats.count("tooManyRedirects")
+            return
+        reason = self.scope.check(target)
+        if reason:
+            self.stats.count(reason)
+            return
+        if not self.seen.missing([target]):
+            self.stats.count("urlDup")
+            return
+        self._queue([Job(target, parent.depth, parent.priority, parent.hops + 1)])
+
+    def restore(self, jobs: list[Job]) -> None:
+        """Jobs saved by a checkpoint: back on the FIFOs, already in the seen-set."""
+        self.frontier.push(jobs)
+        self.on_queued()
+
+    def _queue(self, jobs: list[Job]) -> None:
+        """Journal, mark seen, enqueue, in that order (see why below)."""
+        if not jobs:
+            return
+        # Journal before marking seen: after a crash a URL may be in the journal and not in
+        # the bitmap (fetched twice at worst), never in the bitmap and nowhere else (lost).
+        self.journal(jobs)
+        self.seen.add(j.url for j in jobs)
+        self.frontier.push(jobs)
+        self.stats.urls_seen += len(jobs)
+        self.on_queued()

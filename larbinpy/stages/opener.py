@@ -1,0 +1,143 @@
+"""Stage 5, larbin's fetchOpen: decide which site fetches next, and when.
+
+A fixed pool of `pagesConnexions` workers takes sites from a ready queue. A site is ready
+when its DNS is known, it has work (robots.txt first, then its queued jobs), it has fewer
+than `connectionsPerHost` fetches running, and both its own clock and its IP's clock allow
+(`waitDuration`, or a larger robots.txt Crawl-delay, since the end of the last fetch).
+A site that must wait is parked on a timer (`loop.call_at`) or on its IP's waiting list;
+nothing polls, and no worker holds a slot while a site waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from ..config import Config
+from ..records import Job, Site, SiteState
+from ..sites import Sites
+from .reader import Reader
+from .robots import Robots
+
+log = logging.getLogger("larbinpy.opener")
+
+
+class Opener:
+    """Ready queue, politeness clocks and the fetch workers."""
+
+    def __init__(
+        self, cfg: Config, sites: Sites, robots: Robots, reader: Reader,
+        on_fetch_done: Callable[[], None],
+    ) -> None:
+        self.cfg, self.sites, self.robots, self.reader = cfg, sites, robots, reader
+        self.on_fetch_done = on_fetch_done
+        self.per_host = cfg.connections_per_host
+        self.ip_gap = cfg.wait_duration
+        self.ready: asyncio.Queue[Site] = asyncio.Queue()
+        self.in_flight = 0
+        self.active: dict[int, Job] = {}  # jobs being fetched, saved by a checkpoint
+        self.stopping = False
+
+    def start(self) -> list[asyncio.Task[None]]:
+        """The `pagesConnexions` workers."""
+        return [asyncio.ensure_future(self._worker()) for _ in range(self.cfg.pages_connexions)]
+
+    def consider(self, site: Site) -> None:
+        """Something changed for this site: make it ready, park it, or leave it."""
+        if site.in_ready or site.state not in (SiteState.READY, SiteState.ROBOTS):
+            return
+        loop = asyncio.get_running_loop()
+        verdict = self._verdict(site, loop.time())
+        if verdict == "go":
+            site.in_ready = True
+            self.ready.put_nowait(site)
+        elif verdict == "ip":
+            if not site.waiting_ip:  # its IP's next release wakes it
+                site.waiting_ip = True
+                site.ip.waiting.append(site)  # type: ignore[union-attr]
+        elif isinstance(verdict, float):
+            self._park(site, verdict, loop)
+
+    def _verdict(self, site: Site, now: float) -> str | float | None:
+        """"go", "ip" (its IP is busy), a time to wait for, or None (nothing to do now)."""
+        robots_first = self.robots.needs_fetch(site, now)
+        if not (robots_first or site.queue):
+            return None
+        if site.in_flight >= (1 if robots_first else self.per_host):
+            return None  # the end of the running fetch considers the site again
+        ip = site.ip
+        assert ip is not None
+        if ip.in_flight >= self.per_host:
+            return "ip"
+        at = max(site.ready_at, ip.ready_at)
+        return at if at > now else "go"
+
+    def _park(self, site: Site, at: float, loop: asyncio.AbstractEventLoop) -> None:
+        """Wake the site at `at` (one timer per site)."""
+        if site.timer is not None:
+            if site.timer.when() <= at:
+                return
+            site.timer.cancel()
+        site.timer = loop.call_at(at, self._wake, site)
+
+    def _wake(self, site: Site) -> None:
+        """A parked site's timer fired."""
+        site.timer = None
+        self.consider(site)
+
+    async def _worker(self) -> None:
+        """One connection slot: take a ready site, fetch its next job, repeat."""
+        loop = asyncio.get_running_loop()
+        while not self.stopping:
+            site = await self.ready.get()
+            site.in_ready = False
+            if self.stopping:
+                break
+            now = loop.time()
+            # the site waited in the queue: another worker may have used its turn meanwhile
+            if self._verdict(site, now) != "go":
+                self.consider(site)
+            elif self.robots.needs_fetch(site, now):
+                await self._run(site, None)
+            else:
+                await self._run(site, self.sites.take(site))
+
+    async def _run(self, site: Site, job: Job | None) -> None:
+        """One fetch (robots.txt when job is None) between the politeness bookkeeping."""
+        ip = site.ip
+        assert ip is not None
+        site.in_flight += 1
+        ip.in_flight += 1
+        self.in_flight += 1
+        if job is not None:
+            self.active[id(job)] = job
+        self.consider(site)  # another connection may start on it right away
+        try:
+            if job is None:
+                await self.robots.fetch(site)
+            else:
+                await self.reader.fetch(site, job)
+            if job is not None:
+                del self.active[id(job)]
+        except Exception:
+            log.exception("bug while fetching %s", job.url if job else site.key)
+            self.active.pop(id(job), None)
+        finally:
+            self._release(site, asyncio.get_running_loop().time())
+
+    def _release(self, site: Site, now: float) -> None:
+        """A fetch ended: restart both clocks, then wake this site and its IP's waiters."""
+        ip = site.ip
+        assert ip is not None
+        site.in_flight -= 1
+        ip.in_flight -= 1
+        self.in_flight -= 1
+        site.ready_at = max(site.ready_at, now + site.delay)
+        ip.ready_at = max(ip.ready_at, now + self.ip_gap)
+        self.consider(site)
+        while ip.waiting and ip.in_flight < self.per_host:
+            other = ip.waiting.popleft()
+            other.waiting_ip = False
+            self.consider(other)
+        self.on_fetch_done()

@@ -1,0 +1,176 @@
+"""Stage 6, larbin's checkAll: read a response, decide its outcome, pass the page on.
+
+The opener calls `fetch(site, job)` for one job. The reader sends the request, reads the
+body under `maxPageSize` (after decompression) and the bandwidth limiter, counts exactly one
+outcome, hands 2xx pages to the outputs and their links back to the input stage; a redirect's
+target goes back to input too, one hop further.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Callable
+
+import aiohttp
+import xxhash
+
+from ..config import Config
+from ..extract import extract_links
+from ..hashset import SeenSet
+from ..netpolicy import DeniedNetworkError
+from ..records import Job, Page, Site
+from ..scope import url_extension
+from ..stats import Stats
+from ..urls import Normalizer
+from .bandwidth import BandwidthLimiter
+from .input import Input
+from .robots import Robots
+
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+
+
+class Reader:
+    """Fetches one job and routes what came back."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        stats: Stats,
+        normalizer: Normalizer,
+        robots: Robots,
+        input_stage: Input,
+        write_page: Callable[[Page], None],
+        limiter: BandwidthLimiter | None,
+        contents: SeenSet | None,
+    ) -> None:
+        self.cfg, self.stats, self.normalizer = cfg, stats, normalizer
+        self.robots, self.input = robots, input_stage
+        self.write_page = write_page
+        self.limiter = limiter
+        self.contents = contents  # noDup: digests of bodies already seen
+        self.session: aiohttp.ClientSession | None = None
+
+    async def fetch(self, site: Site, job: Job) -> None:
+        """Fetch one job and count its outcome."""
+        if not self.robots.allowed(site, job.url):
+            self.stats.count("forbiddenRobots")
+            return
+        if self.cfg.max_pages_per_site and site.pages >= self.cfg.max_pages_per_site:
+            self.stats.count("outOfScope")
+            return
+        site.pages += 1
+        self.stats.count(await self._request(site, job))
+
+    async def _request(self, site: Site, job: Job) -> str:
+        """Send the request and read the response: the outcome kind."""
+        assert self.session is not None
+        start = time.monotonic()
+        try:
+            async with self.session.get(job.url, allow_redirects=False) as resp:
+                return await self._response(site, job, resp, start)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one counted outcome
+            return failure_kind(exc)
+
+    async def _response(
+        self, site: Site, job: Job, resp: aiohttp.ClientResponse, start: float
+    ) -> str:
+        """Route a response by status and type: the outcome kind."""
+        self.stats.pages += 1
+        status = resp.status
+        if 300 <= status < 400:
+            return self._redirect(job, resp.headers.get("Location"))
+        if status >= 400:
+            return "err50X" if status >= 500 else "err40X"
+        ctype = resp.content_type
+        if not self._wanted_type(ctype, job.url):
+            return "badType"
+        body = await self._read(resp)
+        if body is None:
+            return "tooBig"
+        if self.contents is not None and self._seen_body(body):
+            return "duplicate"
+        links: list[str] = []
+        if ctype in HTML_TYPES:
+            links, dropped = extract_links(
+                body, job.url, self.normalizer,
+                follow_images=self.cfg.follow_images, max_links=self.cfg.max_links_per_page,
+            )
+            self.stats.links_dropped += dropped
+        peer = resp.connection.transport.get_extra_info("peername") if resp.connection else None
+        self.write_page(Page(
+            job=job, url=job.url, status=status, headers=resp.headers, body=body,
+            content_type=ctype, ip=peer[0] if peer else (site.ip.addr if site.ip else ""),
+            fetched_at=time.time(), elapsed=time.monotonic() - start, links=links,
+        ))
+        self.input.add_links(job, job.url, links)
+        return "success"
+
+    def _redirect(self, job: Job, location: str | None) -> str:
+        """A 3xx: its target goes back to input as a new job, one hop further."""
+        target = self.normalizer.resolve(job.url, location) if location else None
+        if target is not None:
+            self.input.add_redirect(job, target)
+        return "err30X"
+
+    def _wanted_type(self, ctype: str, url: str) -> bool:
+        """HTML always; images with followImages; others with anyType, contentTypes, specificSearch."""
+        cfg = self.cfg
+        if ctype in HTML_TYPES or cfg.any_type or ctype in cfg.content_types:
+            return True
+        if cfg.follow_images and ctype.startswith("image/"):
+            return True
+        return bool(cfg.specific_search) and url_extension(url) in cfg.specific_search
+
+    async def _read(self, resp: aiohttp.ClientResponse) -> bytes | None:
+        """The body, or None as soon as it exceeds maxPageSize (decompressed)."""
+        limit = self.cfg.max_page_size
+        length = resp.content_length
+        if length is not None and length > limit and "Content-Encoding" not in resp.headers:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        limiter = self.limiter
+        async for chunk in resp.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+            if limiter is not None:
+                await limiter.take(len(chunk))
+        self.stats.bytes += size
+        return b"".join(chunks)
+
+    def _seen_body(self, body: bytes) -> bool:
+        """noDup: was a page with this exact body already seen? (records it if not)"""
+        assert self.contents is not None
+        digest = xxhash.xxh3_128_hexdigest(body)
+        if self.contents.missing([digest]):
+            self.contents.add([digest])
+            return False
+        return True
+
+
+def failure_kind(exc: BaseException) -> str:
+    """The outcome kind of a failed fetch."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        os_error = exc.os_error
+        if isinstance(os_error, DeniedNetworkError):
+            return "deniedNetwork"
+        if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
+            return "tlsError"
+        if isinstance(exc, getattr(aiohttp, "ClientConnectorDNSError", ())):
+            return "noDNS"
+        return "noConnection"
+    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+        return "timeout"
+    if isinstance(exc, ssl.SSLError):
+        return "tlsError"
+    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
+        return "earlyStop"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return "earlyStop"  # malformed HTTP from the server
+    if isinstance(exc, aiohttp.ClientError | OSError | ValueError):
+        return "noConnection"
+    raise exc

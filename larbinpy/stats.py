@@ -1,0 +1,60 @@
+"""Counters every stage writes and the status page, progress line and summary read.
+
+Every fetch outcome is counted under exactly one kind: larbin's list, extended (SPEC.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+
+OUTCOMES = (
+    "success", "noDNS", "noConnection", "forbiddenRobots", "timeout", "badType", "tooBig",
+    "err30X", "err40X", "err50X", "earlyStop", "duplicate", "tooDeep", "urlDup", "outOfScope",
+    "trap", "tooManyRedirects", "badEncoding", "deniedNetwork", "tlsError", "backedOff",
+)
+
+
+class Stats:
+    """Counters and throughput of one crawl."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.outcomes: Counter[str] = Counter({k: 0 for k in OUTCOMES})
+        self.pages = 0  # responses read (any status)
+        self.bytes = 0  # body bytes read
+        self.urls_seen = 0  # URLs accepted by the hash set
+        self.links_dropped = 0  # links over maxLinksPerPage
+        self.dns_queries = 0
+        self.robots_fetches = 0
+        self.output_errors = 0
+        # (monotonic time, pages, bytes) samples, one a second, for "last 10 s" rates
+        self.samples: deque[tuple[float, int, int]] = deque(maxlen=600)
+
+    def count(self, kind: str, n: int = 1) -> None:
+        """Count `n` outcomes of one kind."""
+        self.outcomes[kind] += n
+
+    def sample(self) -> None:
+        """Record a throughput sample (called once a second)."""
+        self.samples.append((time.monotonic(), self.pages, self.bytes))
+
+    def rates(self, window: float = 10.0) -> tuple[float, float]:
+        """Pages/s and bytes/s over the last `window` seconds."""
+        if len(self.samples) < 2:
+            return self.overall_rates()
+        now, pages, nbytes = self.samples[-1]
+        for t, p, b in self.samples:
+            if now - t <= window:
+                dt = now - t
+                return ((pages - p) / dt, (nbytes - b) / dt) if dt > 0 else (0.0, 0.0)
+        return (0.0, 0.0)
+
+    def overall_rates(self) -> tuple[float, float]:
+        """Pages/s and bytes/s since the start."""
+        dt = max(time.monotonic() - self.started, 1e-9)
+        return self.pages / dt, self.bytes / dt
+
+    def errors(self) -> int:
+        """Fetch outcomes that were not a success."""
+        return sum(v for k, v in self.outcomes.items() if k != "success")

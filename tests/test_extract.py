@@ -1,0 +1,174 @@
+"""Tests for larbinpy.extract: which elements yield links, base handling, encodings, limits."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from larbinpy.extract import extract_links
+from larbinpy.urls import Normalizer
+
+PAGE = "http://example.com/dir/page.html"
+
+
+@pytest.fixture
+def norm() -> Normalizer:
+    """A Normalizer with the default settings."""
+    return Normalizer()
+
+
+def links_of(html: str | bytes, norm: Normalizer, **kwargs: object) -> list[str]:
+    """Just the links of a page (UTF-8 encoded when given as str)."""
+    body = html.encode("utf-8") if isinstance(html, str) else html
+    return extract_links(body, PAGE, norm, **kwargs)[0]
+
+
+def test_anchors_are_resolved_in_document_order(norm: Normalizer) -> None:
+    html = '<a href="b.html">b</a><p><a href="/root">r</a></p><a href="https://x.org/">x</a>'
+    assert links_of(html, norm) == [
+        "http://example.com/dir/b.html",
+        "http://example.com/root",
+        "https://x.org/",
+    ]
+
+
+def test_base_href_is_honoured(norm: Normalizer) -> None:
+    html = '<head><base href="/other/"></head><a href="x.html">x</a><a href="/abs">a</a>'
+    assert links_of(html, norm) == ["http://example.com/other/x.html", "http://example.com/abs"]
+
+
+def test_only_the_first_base_href_counts_even_after_links(norm: Normalizer) -> None:
+    html = '<a href="x">x</a><base target="_top"><base href="http://cdn.org/a/"><base href="/no/">'
+    assert links_of(html, norm) == ["http://cdn.org/a/x"]
+
+
+def test_unusable_base_href_falls_back_to_the_page(norm: Normalizer) -> None:
+    html = '<base href="javascript:void(0)"><a href="x">x</a>'
+    assert links_of(html, norm) == ["http://example.com/dir/x"]
+
+
+def test_frames_iframes_and_areas_are_found(norm: Normalizer) -> None:
+    html = (
+        '<map><area href="/area" shape="rect"></map><iframe src="/iframe"></iframe>'
+        '<frameset><frame src="/frame"></frameset>'
+    )
+    found = links_of(html, norm)
+    assert set(found) == {
+        "http://example.com/area",
+        "http://example.com/iframe",
+        "http://example.com/frame",
+    }
+
+
+def test_frames_inside_a_frameset_document(norm: Normalizer) -> None:
+    html = '<html><frameset><frame src="left.html"><frame src="right.html"></frameset></html>'
+    assert links_of(html, norm) == [
+        "http://example.com/dir/left.html",
+        "http://example.com/dir/right.html",
+    ]
+
+
+def test_images_only_when_follow_images(norm: Normalizer) -> None:
+    html = '<img src="/pic.png"><a href="/page">p</a>'
+    assert links_of(html, norm) == ["http://example.com/page"]
+    assert links_of(html, norm, follow_images=True) == [
+        "http://example.com/pic.png",
+        "http://example.com/page",
+    ]
+
+
+def test_other_attributes_and_elements_are_ignored(norm: Normalizer) -> None:
+    html = (
+        '<link href="/style.css"><script src="/app.js"></script><a name="x">x</a>'
+        '<a src="/not-a-link">y</a><img href="/no"><div href="/div">z</div>'
+    )
+    assert links_of(html, norm, follow_images=True) == []
+
+
+def test_whitespace_around_hrefs_is_stripped_and_empty_skipped(norm: Normalizer) -> None:
+    html = '<a href="  \n/a\t ">a</a><a href="">e</a><a href="   ">s</a><a href="#top">t</a>'
+    assert links_of(html, norm) == ["http://example.com/a"]
+
+
+def test_non_http_links_are_dropped(norm: Normalizer) -> None:
+    html = (
+        '<a href="mailto:a@b.c">m</a><a href="javascript:go()">j</a><a href="ftp://f/">f</a>'
+        '<a href="tel:1">t</a><a href="http://[bad/">b</a><a href="/ok">ok</a>'
+    )
+    assert links_of(html, norm) == ["http://example.com/ok"]
+
+
+def test_duplicates_are_removed(norm: Normalizer) -> None:
+    html = (
+        '<a href="/a">1</a><a href="/a">2</a><a href="http://EXAMPLE.com:80/a#x">3</a>'
+        '<a href="./b">4</a><a href="b">5</a><a href="/a?utm_source=n">6</a>'
+    )
+    assert links_of(html, norm) == ["http://example.com/a", "http://example.com/dir/b"]
+
+
+def test_max_links_drops_and_counts(norm: Normalizer) -> None:
+    html = "".join(f'<a href="/p{i}">{i}</a>' for i in range(25)) + '<a href="/p0">again</a>'
+    links, dropped = extract_links(html.encode(), PAGE, norm, max_links=10)
+    assert links == [f"http://example.com/p{i}" for i in range(10)]
+    assert dropped == 15
+    assert extract_links(html.encode(), PAGE, norm, max_links=25) == (
+        [f"http://example.com/p{i}" for i in range(25)],
+        0,
+    )
+
+
+def test_garbage_and_binary_input_never_raises(norm: Normalizer) -> None:
+    rng = random.Random(99)
+    bodies = [b"", b"\x00" * 100, b"\xff\xfe\x00<a href=/x>", b"<a href='\x00\x80\xff'>"]
+    bodies += [rng.randbytes(rng.randint(0, 3000)) for _ in range(200)]
+    pieces = [
+        b"<a href=",
+        b"<base href=",
+        b"<iframe src=",
+        b'"',
+        b"'",
+        b">",
+        b"\x00",
+        b"\xc3",
+        b"\xff",
+        b"/x",
+        b"http://",
+        b"<!--",
+        b"<script>",
+        b"</",
+        b"<meta charset=utf-16>",
+    ]
+    bodies += [b"".join(rng.choice(pieces) for _ in range(40)) for _ in range(300)]
+    for body in bodies:
+        links, dropped = extract_links(body, PAGE, norm, follow_images=True)
+        assert isinstance(links, list) and dropped == 0
+        assert all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in links)
+
+
+def test_nul_bytes_do_not_hide_later_links(norm: Normalizer) -> None:
+    body = b'<p>\x00\x00</p><a href="/after-nul">x</a>'
+    assert links_of(body, norm) == ["http://example.com/after-nul"]
+
+
+def test_latin1_page_paths_are_utf8_percent_encoded(norm: Normalizer) -> None:
+    """The meta charset is honoured; paths are encoded as UTF-8 as browsers do.
+
+    The query is encoded as UTF-8 too, where a browser would use the page's encoding (%E9):
+    see docs/url-differences.md.
+    """
+    body = (
+        '<html><head><meta charset="iso-8859-1"></head>'
+        '<body><a href="/café/naïve.html?q=é">x</a></body></html>'
+    ).encode("latin-1")
+    assert links_of(body, norm) == ["http://example.com/caf%C3%A9/na%C3%AFve.html?q=%C3%A9"]
+
+
+def test_utf8_page_without_declaration(norm: Normalizer) -> None:
+    body = '<a href="/東京">x</a>'.encode()
+    assert links_of(body, norm) == ["http://example.com/%E6%9D%B1%E4%BA%AC"]
+
+
+def test_invalid_utf8_bytes_become_replacement_characters(norm: Normalizer) -> None:
+    body = b'<a href="/a\xffb">x</a>'
+    assert links_of(body, norm) == ["http://example.com/a%EF%BF%BDb"]

@@ -1,0 +1,665 @@
+"""Tests for larbinpy.urls: WHATWG conformance (http/https cases) and larbinpy's canonical form."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from larbinpy.urls import DEFAULT_STRIP_PARAMS, Normalizer, host_of, path_of, site_key
+
+# ---- WHATWG conformance ---------------------------------------------------------------------
+
+_DATA_DIR = Path(
+    os.environ.get("LARBINPY_TESTDATA") or Path(__file__).parents[1].parent / "shared" / "testdata"
+)
+_DATA_FILE = _DATA_DIR / "urltestdata.json"
+_MISSING = f"WHATWG test data not found at {_DATA_FILE} (set LARBINPY_TESTDATA to its folder)"
+_C0_SPACE = "".join(map(chr, range(0x21)))
+_UNRESERVED = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+USERINFO = "userinfo dropped: a crawler never sends credentials"
+ESCAPES = "percent-escapes canonicalised: unreserved decoded, hex upper-case"
+
+# Every in-scope WHATWG case where larbinpy's answer is not the browser's href (minus fragment):
+# (input, base, browser href without fragment, larbinpy's answer, reason).
+# Dropping the fragment is a global rule and is not listed per case.
+DIFFERENCES = [
+    (
+        "http://user:pass@foo:21/bar;par?b#c",
+        "http://example.org/foo/bar",
+        "http://user:pass@foo:21/bar;par?b",
+        "http://foo:21/bar;par?b",
+        USERINFO,
+    ),
+    ("https://test:@test", None, "https://test@test/", "https://test/", USERINFO),
+    (
+        "http://a:b@c:29/d",
+        "http://example.org/foo/bar",
+        "http://a:b@c:29/d",
+        "http://c:29/d",
+        USERINFO,
+    ),
+    (
+        "http://&a:foo(b]c@d:2/",
+        "http://example.org/foo/bar",
+        "http://&a:foo(b%5Dc@d:2/",
+        "http://d:2/",
+        USERINFO,
+    ),
+    (
+        "http://::@c@d:2",
+        "http://example.org/foo/bar",
+        "http://:%3A%40c@d:2/",
+        "http://d:2/",
+        USERINFO,
+    ),
+    (
+        "http://foo.com:b@d/",
+        "http://example.org/foo/bar",
+        "http://foo.com:b@d/",
+        "http://d/",
+        USERINFO,
+    ),
+    ("http://a:b@c\\", None, "http://a:b@c/", "http://c/", USERINFO),
+    (
+        "/a%2fc",
+        "http://example.org/foo/bar",
+        "http://example.org/a%2fc",
+        "http://example.org/a%2Fc",
+        ESCAPES,
+    ),
+    (
+        "/a/%2f/c",
+        "http://example.org/foo/bar",
+        "http://example.org/a/%2f/c",
+        "http://example.org/a/%2F/c",
+        ESCAPES,
+    ),
+    (
+        "http://example.com/foo/%2e%2",
+        None,
+        "http://example.com/foo/%2e%2",
+        "http://example.com/foo/.%2",
+        ESCAPES,
+    ),
+    (
+        "http://example.com/foo/%2e./%2e%2e/.%2e/%2e.bar",
+        None,
+        "http://example.com/%2e.bar",
+        "http://example.com/..bar",
+        ESCAPES,
+    ),
+    (
+        "http://example.com/foo%41%7a",
+        None,
+        "http://example.com/foo%41%7a",
+        "http://example.com/fooAz",
+        ESCAPES,
+    ),
+    (
+        "http://example.com/foo%00%51",
+        None,
+        "http://example.com/foo%00%51",
+        "http://example.com/foo%00Q",
+        ESCAPES,
+    ),
+    (
+        "http://example.com/%3A%3a%3C%3c",
+        None,
+        "http://example.com/%3A%3a%3C%3c",
+        "http://example.com/%3A%3A%3C%3C",
+        ESCAPES,
+    ),
+    ("http://www/foo%2Ehtml", None, "http://www/foo%2Ehtml", "http://www/foo.html", ESCAPES),
+    (
+        "http://%25DOMAIN:foobar@foodomain.com/",
+        None,
+        "http://%25DOMAIN:foobar@foodomain.com/",
+        "http://foodomain.com/",
+        USERINFO,
+    ),
+    (
+        "http:a:b@www.example.com",
+        None,
+        "http://a:b@www.example.com/",
+        "http://www.example.com/",
+        USERINFO,
+    ),
+    (
+        "http:/a:b@www.example.com",
+        None,
+        "http://a:b@www.example.com/",
+        "http://www.example.com/",
+        USERINFO,
+    ),
+    (
+        "http://a:b@www.example.com",
+        None,
+        "http://a:b@www.example.com/",
+        "http://www.example.com/",
+        USERINFO,
+    ),
+    (
+        "http::b@www.example.com",
+        None,
+        "http://:b@www.example.com/",
+        "http://www.example.com/",
+        USERINFO,
+    ),
+    (
+        "http:/:b@www.example.com",
+        None,
+        "http://:b@www.example.com/",
+        "http://www.example.com/",
+        USERINFO,
+    ),
+    (
+        "http://:b@www.example.com",
+        None,
+        "http://:b@www.example.com/",
+        "http://www.example.com/",
+        USERINFO,
+    ),
+    (
+        "http:a:@www.example.com",
+        None,
+        "http://a@www.example.com/",
+        "http://www.example.com/",
+        USERINFO,
+    ),
+    (
+        "http:/a:@www.example.com",
+        None,
+        "http://a@www.example.com/",
+        "http://www.example.com/",
+        USERINFO,
+    ),
+    (
+        "http://a:@www.example.com",
+        None,
+        "http://a@www.example.com/",
+        "http://www.example.com/",
+        USERINFO,
+    ),
+    ("http://www.@pple.com", None, "http://www.@pple.com/", "http://pple.com/", USERINFO),
+    (
+        "http://foo:💩@example.com/bar",
+        "http://other.com/",
+        "http://foo:%F0%9F%92%A9@example.com/bar",
+        "http://example.com/bar",
+        USERINFO,
+    ),
+    (
+        "https://@test@test@example:800/",
+        "http://doesnotmatter/",
+        "https://%40test%40test@example:800/",
+        "https://example:800/",
+        USERINFO,
+    ),
+    (
+        "https://@@@example",
+        "http://doesnotmatter/",
+        "https://%40%40@example/",
+        "https://example/",
+        USERINFO,
+    ),
+    (
+        "http://`{}:`{}@h/`{}?`{}",
+        "http://doesnotmatter/",
+        "http://%60%7B%7D:%60%7B%7D@h/%60%7B%7D?`{}",
+        "http://h/%60%7B%7D?`{}",
+        USERINFO,
+    ),
+    (
+        "/some/path",
+        "http://user@example.org/smth",
+        "http://user@example.org/some/path",
+        "http://example.org/some/path",
+        USERINFO,
+    ),
+    (
+        "",
+        "http://user:pass@example.org:21/smth",
+        "http://user:pass@example.org:21/smth",
+        "http://example.org:21/smth",
+        USERINFO,
+    ),
+    (
+        "/some/path",
+        "http://user:pass@example.org:21/smth",
+        "http://user:pass@example.org:21/some/path",
+        "http://example.org:21/some/path",
+        USERINFO,
+    ),
+    (
+        "https://user:pass[\x7f@foo/bar",
+        "http://example.org",
+        "https://user:pass%5B%7F@foo/bar",
+        "https://foo/bar",
+        USERINFO,
+    ),
+]
+
+
+def _is_http(url: str | None) -> bool:
+    """Whether a test URL string starts with an http(s) scheme (as the URL parser would see it)."""
+    return url is not None and url.strip(_C0_SPACE).lower().startswith(("http:", "https:"))
+
+
+def _load_cases() -> list[dict]:
+    """The WHATWG cases (comments dropped), or [] when the data is not available."""
+    if not _DATA_FILE.exists():
+        return []
+    return [c for c in json.loads(_DATA_FILE.read_text("utf-8")) if isinstance(c, dict)]
+
+
+def _in_scope(case: dict) -> bool:
+    """Cases with an http(s) base (or absolute http(s) input) and an http(s) or failure result."""
+    if not (_is_http(case["base"]) if case["base"] else _is_http(case["input"])):
+        return False
+    return bool(case.get("failure")) or case["href"].startswith(("http:", "https:"))
+
+
+def _canonical(href: str) -> str:
+    """Browser href -> larbinpy canonical form, written independently of larbinpy.urls."""
+    href = href.partition("#")[0]
+    scheme, _, rest = href.partition("//")
+    authority, slash, path_query = rest.partition("/")
+    authority = authority.rpartition("@")[2]
+
+    def fix(m: re.Match[str]) -> str:
+        char = chr(int(m.group(1), 16))
+        return char if char in _UNRESERVED else "%" + m.group(1).upper()
+
+    return scheme + "//" + authority + slash + re.sub("%([0-9A-Fa-f]{2})", fix, path_query)
+
+
+def _run(normalizer: Normalizer, case: dict) -> str | None:
+    """What larbinpy gives for a WHATWG case."""
+    if case["base"]:
+        return normalizer.resolve(case["base"], case["input"])
+    return normalizer.normalize(case["input"])
+
+
+_CASES = _load_cases()
+_IN_SCOPE = [c for c in _CASES if _in_scope(c)]
+_DIFFER = {(i, b): (browser, ours, why) for i, b, browser, ours, why in DIFFERENCES}
+_needs_data = pytest.mark.skipif(not _CASES, reason=_MISSING)
+
+
+def _params(cases: list[dict]) -> list:
+    """pytest params with readable ids, or a single skipped param when the data is missing."""
+    if not _CASES:
+        return [pytest.param(None, marks=pytest.mark.skip(reason=_MISSING))]
+    return [pytest.param(c, id=f"{c['input']!r}@{c['base']!r}"[:80]) for c in cases]
+
+
+@pytest.mark.parametrize("case", _params(_IN_SCOPE))
+def test_whatwg_case(case: dict) -> None:
+    """Each in-scope case: failure -> None, otherwise the browser href in canonical form."""
+    expected = None if case.get("failure") else _canonical(case["href"])
+    key = (case["input"], case["base"])
+    if key in _DIFFER:
+        expected = _DIFFER[key][1]
+    assert _run(Normalizer(), case) == expected
+
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
+
+
+def _other_scheme(case: dict) -> bool:
+    """Whether the case's input is an absolute URL with a scheme other than http(s)."""
+    m = _SCHEME.match(case["input"].strip(_C0_SPACE).replace("\t", "").replace("\n", ""))
+    return m is not None and m.group(1).lower() not in ("http", "https")
+
+
+@pytest.mark.parametrize("case", _params([c for c in _CASES if _other_scheme(c)]))
+def test_whatwg_other_scheme_inputs_are_refused(case: dict) -> None:
+    """Inputs with another scheme (file:, mailto:, non-special ...) give None on an http page."""
+    assert Normalizer().resolve("http://example.org/dir/page", case["input"]) is None
+
+
+@pytest.mark.parametrize(
+    "case", _params([c for c in _CASES if _is_http(c["base"]) and not _in_scope(c)])
+)
+def test_whatwg_non_http_results_are_refused(case: dict) -> None:
+    """An href on an http page that a browser resolves to another scheme gives None."""
+    assert _run(Normalizer(), case) is None
+
+
+@_needs_data
+def test_differences_table_is_complete_and_exact() -> None:
+    """The table lists exactly the cases where we differ from the browser (besides fragments)."""
+    normalizer = Normalizer()
+    actual = {}
+    for case in _IN_SCOPE:
+        if case.get("failure"):
+            continue
+        browser = case["href"].partition("#")[0]
+        ours = _run(normalizer, case)
+        if ours != browser:
+            actual[(case["input"], case["base"])] = (browser, ours)
+    assert actual == {key: (browser, ours) for key, (browser, ours, _) in _DIFFER.items()}
+
+
+@_needs_data
+def test_whatwg_scope_is_substantial() -> None:
+    """Guard against the loader silently selecting (almost) nothing."""
+    assert len(_IN_SCOPE) > 400
+    assert sum(1 for c in _IN_SCOPE if c.get("failure")) > 50
+
+
+@_needs_data
+def test_canonical_output_is_a_fixed_point() -> None:
+    """Normalizing a canonical URL again changes nothing (the seen-set relies on it)."""
+    normalizer = Normalizer()
+    for case in _CASES:
+        url = _run(normalizer, case) if _is_http(case["base"]) or not case["base"] else None
+        if url is not None:
+            assert normalizer.normalize(url) == url, case
+
+
+def test_differences_doc_lists_every_table_entry() -> None:
+    """docs/url-differences.md names each case of the table (the README copies it)."""
+    doc = Path(__file__).parents[1] / "docs" / "url-differences.md"
+    text = doc.read_text("utf-8")
+    assert len(re.findall(r"^\| \d+ \|", text, re.M)) == len(DIFFERENCES)
+    for given, base, _, ours, _ in DIFFERENCES:
+        assert f"`` {ours} ``" in text, (given, base)
+
+
+# ---- canonical form, by behaviour -----------------------------------------------------------
+
+
+@pytest.fixture
+def norm() -> Normalizer:
+    """A Normalizer with the default settings."""
+    return Normalizer()
+
+
+def test_default_port_is_dropped(norm: Normalizer) -> None:
+    assert norm.normalize("http://example.com:80/a") == "http://example.com/a"
+    assert norm.normalize("https://example.com:443/a") == "https://example.com/a"
+    assert norm.normalize("http://example.com:0080/a") == "http://example.com/a"
+    assert norm.normalize("http://example.com:443/a") == "http://example.com:443/a"
+    assert norm.normalize("https://example.com:8443") == "https://example.com:8443/"
+    assert norm.normalize("http://example.com:65536/") is None
+
+
+def test_scheme_and_host_are_lowercased(norm: Normalizer) -> None:
+    assert norm.normalize("HTTP://WWW.Example.COM/Path") == "http://www.example.com/Path"
+
+
+def test_empty_path_becomes_slash(norm: Normalizer) -> None:
+    assert norm.normalize("http://example.com") == "http://example.com/"
+    assert norm.normalize("http://example.com?q=1") == "http://example.com/?q=1"
+
+
+def test_dot_segments_are_resolved(norm: Normalizer) -> None:
+    assert norm.normalize("http://e.com/a/./b/../c") == "http://e.com/a/c"
+    assert norm.normalize("http://e.com/../../x") == "http://e.com/x"
+    assert norm.resolve("http://e.com/a/b/c.html", "../d") == "http://e.com/a/d"
+    assert norm.resolve("http://e.com/a/b/c.html", "./") == "http://e.com/a/b/"
+    assert norm.resolve("http://e.com/a/b/c.html", "%2e%2E/x") == "http://e.com/a/x"
+
+
+def test_fragment_is_dropped(norm: Normalizer) -> None:
+    assert norm.normalize("http://e.com/a?b=1#frag") == "http://e.com/a?b=1"
+    assert norm.resolve("http://e.com/a", "b#c") == "http://e.com/b"
+
+
+def test_percent_escapes_are_canonical(norm: Normalizer) -> None:
+    assert norm.normalize("http://e.com/%7euser/%61%2f%3f?x=%7e%2a%2A") == (
+        "http://e.com/~user/a%2F%3F?x=~%2A%2A"
+    )
+
+
+def test_unsafe_characters_are_percent_encoded_like_a_browser(norm: Normalizer) -> None:
+    assert norm.normalize('http://e.com/a b/ü"<>`{}?q=a b&r=ü\'"<>`{}') == (
+        "http://e.com/a%20b/%C3%BC%22%3C%3E%60%7B%7D?q=a%20b&r=%C3%BC%27%22%3C%3E`{}"
+    )
+    assert norm.normalize("http://e.com/\x01x") == "http://e.com/%01x"
+
+
+def test_surrounding_whitespace_and_embedded_newlines_are_ignored(norm: Normalizer) -> None:
+    assert norm.resolve("http://e.com/", "  /a\n/b\t\r ") == "http://e.com/a/b"
+
+
+def test_backslashes_act_as_slashes(norm: Normalizer) -> None:
+    assert norm.normalize("http:\\\\e.com\\a\\b") == "http://e.com/a/b"
+    assert norm.resolve("http://e.com/x/y", "\\z") == "http://e.com/z"
+    assert norm.resolve("http://e.com/x/y", "q\\r") == "http://e.com/x/q/r"
+
+
+def test_userinfo_is_dropped(norm: Normalizer) -> None:
+    assert norm.normalize("https://user:secret@e.com/p") == "https://e.com/p"
+    assert norm.normalize("http://a@b@e.com/") == "http://e.com/"
+    assert norm.normalize("http://user@/p") is None  # credentials but no host
+
+
+def test_session_id_params_are_stripped(norm: Normalizer) -> None:
+    assert norm.normalize("http://e.com/p?a=1&PHPSESSID=x&b=2&utm_source=n&utm_x") == (
+        "http://e.com/p?a=1&b=2"
+    )
+    assert norm.normalize("http://e.com/p?sid=1&JSESSIONID=2") == "http://e.com/p"
+    assert (
+        norm.normalize("http://e.com/p?sidebar=1&autm_x=2") == "http://e.com/p?sidebar=1&autm_x=2"
+    )
+    assert norm.resolve("http://e.com/", "/p;jsessionid=AB12?x=1") == "http://e.com/p?x=1"
+    assert norm.normalize("http://e.com/p?%73id=1&q") == "http://e.com/p?q"
+
+
+def test_default_strip_params_use_a_prefix_rule_for_utm() -> None:
+    assert "utm_*" in DEFAULT_STRIP_PARAMS
+    assert {"sid", "sessionid", "jsessionid", "phpsessid", "cfid", "cftoken"} <= (
+        DEFAULT_STRIP_PARAMS
+    )
+
+
+def test_custom_strip_params_replace_the_defaults() -> None:
+    norm = Normalizer(strip_params={"ref", "trk*"})
+    assert norm.normalize("http://e.com/?ref=x&sid=1&trkid=2") == "http://e.com/?sid=1"
+    assert Normalizer(strip_params=set()).normalize("http://e.com/?sid=1") == "http://e.com/?sid=1"
+
+
+def test_idn_host_becomes_punycode(norm: Normalizer) -> None:
+    assert norm.normalize("http://bücher.de/") == "http://xn--bcher-kva.de/"
+    assert norm.normalize("http://B%C3%BCcher.DE/") == "http://xn--bcher-kva.de/"
+    assert norm.normalize("http://☃.net/") == "http://xn--n3h.net/"
+    assert norm.normalize("http://xn--bcher-kva.de/") == "http://xn--bcher-kva.de/"
+
+
+def test_invalid_idn_is_refused(norm: Normalizer) -> None:
+    assert norm.normalize("http://xn--/") is None
+    assert norm.normalize("http://a.xn--pokxncvks/") is None
+    assert norm.normalize("http://%ff.com/") is None
+
+
+def test_ipv4_browser_forms_become_dotted_decimal(norm: Normalizer) -> None:
+    assert norm.normalize("http://0x7f.1/") == "http://127.0.0.1/"
+    assert norm.normalize("http://2130706433/") == "http://127.0.0.1/"
+    assert norm.normalize("http://0177.0.0.1/") == "http://127.0.0.1/"
+    assert norm.normalize("http://1.2.3.4.5/") is None
+    assert norm.normalize("http://256.0.0.1/") is None
+
+
+def test_ipv6_hosts_are_compressed_lowercase(norm: Normalizer) -> None:
+    assert norm.normalize("http://[2001:DB8:0:0:0:0:0:1]:8080/") == "http://[2001:db8::1]:8080/"
+    assert norm.normalize("http://[::FFFF:192.168.0.1]/") == "http://[::ffff:c0a8:1]/"
+    assert norm.normalize("http://[::1/") is None
+
+
+def test_mailto_and_javascript_links_are_refused(norm: Normalizer) -> None:
+    base = "http://e.com/a/b.html"
+    for href in (
+        "mailto:me@e.com",
+        "javascript:void(0)",
+        "JavaScript:alert(1)",
+        "tel:+123",
+        "ftp://e.com/f",
+        "data:text/html,hi",
+        "file:///etc/passwd",
+        "about:blank",
+    ):
+        assert norm.resolve(base, href) is None, href
+    assert norm.normalize("e.com/no-scheme") is None
+
+
+def test_resolve_follows_the_browser_for_fragment_and_empty_hrefs(norm: Normalizer) -> None:
+    base = "http://e.com/a/b.html?x=1"
+    assert norm.resolve(base, "#top") == base
+    assert norm.resolve(base, "") == base
+    assert norm.resolve(base, "?y=2") == "http://e.com/a/b.html?y=2"
+
+
+def test_resolve_many_dedupes_skips_fragments_and_keeps_order(norm: Normalizer) -> None:
+    base = "http://e.com/dir/page.html"
+    hrefs = ["b.html", "#top", "/c", "b.html", "./b.html", "mailto:x@e.com", "http://E.com/c"]
+    assert norm.resolve_many(base, hrefs) == ["http://e.com/dir/b.html", "http://e.com/c"]
+
+
+def test_relative_links_without_a_usable_base_are_dropped(norm: Normalizer) -> None:
+    assert norm.resolve("not a url", "/a") is None
+    assert norm.resolve("not a url", "http://e.com/a") == "http://e.com/a"
+    assert norm.resolve_many("mailto:x", ["a", "https://e.com"]) == ["https://e.com/"]
+
+
+def test_non_canonical_base_is_normalized_first(norm: Normalizer) -> None:
+    assert norm.resolve("HTTP://E.com:80/a/b#f", "c") == "http://e.com/a/c"
+
+
+def test_urls_over_max_length_are_refused() -> None:
+    norm = Normalizer(max_length=40)
+    ok = "http://e.com/" + "a" * 27
+    assert len(ok) == 40
+    assert norm.normalize(ok) == ok
+    assert norm.normalize(ok + "a") is None
+    assert norm.resolve("http://e.com/", "/" + "a" * 28) is None
+    assert norm.resolve("http://e.com/", "/é" + "a" * 22) is None  # counted after encoding
+    assert Normalizer().normalize("http://e.com/" + "x" * 3000) is None
+
+
+def test_site_key_host_and_path_slice_canonical_urls() -> None:
+    assert site_key("https://e.com/a?b") == "https://e.com"
+    assert site_key("http://e.com:8080/") == "http://e.com:8080"
+    assert site_key("http://[::1]:81/x") == "http://[::1]:81"
+    assert host_of("http://e.com:8080/x") == "e.com"
+    assert host_of("https://[::1]:81/x") == "[::1]"
+    assert host_of("http://a/") == "a"
+    assert path_of("http://e.com/a/b?c=d") == "/a/b?c=d"
+    assert path_of("http://e.com/") == "/"
+
+
+# ---- cache ----------------------------------------------------------------------------------
+
+_BASES = [
+    "http://e.com/",
+    "http://e.com/a/b.html",
+    "http://e.com/a/c.html?q=1",
+    "https://e.com/a/b.html",
+    "https://other.org:8443/x/y/z",
+    "http://127.0.0.1/p/",
+]
+_PIECES = [
+    "",
+    "/",
+    "//",
+    "?",
+    "#",
+    ".",
+    "..",
+    "a",
+    "B",
+    "%2e",
+    "%41",
+    "%",
+    ":",
+    "@",
+    "\\",
+    " ",
+    "\t",
+    "é",
+    "http:",
+    "https:",
+    "HTTP:",
+    "mailto:",
+    "e.com",
+    "x.org",
+    "sid=1",
+    "&",
+    "=",
+    ";",
+    "[::1]",
+]
+
+
+def _random_hrefs(seed: int, count: int) -> list[str]:
+    """Random-ish hrefs built from URL-significant pieces (same seed, same list)."""
+    rng = random.Random(seed)
+    return ["".join(rng.choice(_PIECES) for _ in range(rng.randint(0, 6))) for _ in range(count)]
+
+
+def test_cache_returns_same_answer_as_uncached() -> None:
+    """Warm-cache answers equal cold ones, across bases that share a directory."""
+    hrefs = _random_hrefs(7, 3000)
+    hrefs += [c["input"] for c in _CASES]
+    warm = Normalizer()
+    for base in _BASES:
+        warm.resolve_many(base, hrefs)  # fill the cache from every base
+    for base in _BASES:
+        for href in hrefs:
+            cold = Normalizer().resolve(base, href)
+            assert warm.resolve(base, href) == cold, (base, href)
+
+
+def test_cache_does_not_share_base_dependent_answers_within_a_directory() -> None:
+    norm = Normalizer()
+    for href in ("?p=2", "", "http:", "http:?z", "  ?p=3", "\t#x"):
+        first = norm.resolve("http://e.com/d/one.html?a=1", href)
+        second = norm.resolve("http://e.com/d/two.html", href)
+        assert first is not None and first.startswith("http://e.com/d/one.html"), href
+        assert second is not None and second.startswith("http://e.com/d/two.html"), href
+
+
+def test_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import larbinpy.urls as urls
+
+    monkeypatch.setattr(urls, "_CACHE_MAX", 100)
+    norm = Normalizer()
+    for i in range(1000):
+        assert norm.resolve("http://e.com/", f"/p{i}") == f"http://e.com/p{i}"
+    assert sum(len(sub) for sub in norm._cache.values()) <= 100
+
+
+# ---- robustness -----------------------------------------------------------------------------
+
+
+def test_random_strings_never_raise() -> None:
+    """Random junk gives None or a canonical str, never an exception."""
+    rng = random.Random(20240611)
+    alphabet = (
+        "abcXYZ019:/\\?#@%[]. \t\n\r\x00\x7f-_~+!$&'()*,;=\"<>`{}^|"
+        "éü☃\u200d\ufffd\ud800\U0001f4a9\u3002\uff0e"
+    )
+    norm = Normalizer()
+    for _ in range(4000):
+        length = rng.randint(0, 40)
+        text = "".join(rng.choice(alphabet) for _ in range(length))
+        if rng.random() < 0.5:
+            text = rng.choice(["http://", "https://", "//", "http:", "/", ""]) + text
+        for result in (norm.normalize(text), norm.resolve(rng.choice(_BASES), text)):
+            assert result is None or isinstance(result, str)
+            if result is not None:
+                assert result.startswith(("http://", "https://"))
+                assert result.isascii() and "#" not in result
+                assert norm.normalize(result) == result, (text, result)
+
+
+def test_non_string_input_is_refused(norm: Normalizer) -> None:
+    assert norm.normalize(None) is None  # type: ignore[arg-type]
+    assert norm.normalize(b"http://e.com/") is None  # type: ignore[arg-type]
