@@ -48,20 +48,13 @@ def test_unusable_base_href_falls_back_to_the_page(norm: Normalizer) -> None:
     assert links_of(html, norm) == ["http://example.com/dir/x"]
 
 
-def test_frames_iframes_and_areas_are_found(norm: Normalizer) -> None:
-    html = (
-        '<map><area href="/area" shape="rect"></map><iframe src="/iframe"></iframe>'
-        '<frameset><frame src="/frame"></frameset>'
-    )
-    found = links_of(html, norm)
-    assert set(found) == {
-        "http://example.com/area",
-        "http://example.com/iframe",
-        "http://example.com/frame",
-    }
+def test_iframes_and_areas_are_found(norm: Normalizer) -> None:
+    html = '<map><area href="/area" shape="rect"></map><p><iframe src="/iframe"></iframe></p>'
+    assert links_of(html, norm) == ["http://example.com/area", "http://example.com/iframe"]
 
 
 def test_frames_inside_a_frameset_document(norm: Normalizer) -> None:
+    """Frames are found in a frameset page (a browser drops <frame> inside a <body> page)."""
     html = '<html><frameset><frame src="left.html"><frame src="right.html"></frameset></html>'
     assert links_of(html, norm) == [
         "http://example.com/dir/left.html",

@@ -634,6 +634,9 @@ def test_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for i in range(1000):
         assert norm.resolve("http://e.com/", f"/p{i}") == f"http://e.com/p{i}"
     assert sum(len(sub) for sub in norm._cache.values()) <= 100
+    for i in range(1000):  # one directory per page, only uncacheable hrefs
+        assert norm.resolve(f"http://e.com/d{i}/", "?q") == f"http://e.com/d{i}/?q"
+    assert len(norm._cache) <= 100
 
 
 # ---- robustness -----------------------------------------------------------------------------

@@ -1,0 +1,78 @@
+"""Shared fixtures: a real test web on loopback (several hosts, several IPs, real DNS)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from larbinpy.config import parse_config
+from larbinpy.crawler import Crawler
+from larbinpy.localweb import DnsServer, LocalWeb, Page, Site
+
+CRAWL_TIMEOUT = 60.0
+
+
+def html(*links: str, title: str = "page") -> Page:
+    """An HTML page linking to `links`."""
+    anchors = "".join(f'<a href="{u}">{u}</a>\n' for u in links)
+    return Page(f"<html><head><title>{title}</title></head><body>{anchors}</body></html>")
+
+
+@dataclass
+class TestWeb:
+    """A running LocalWeb plus the DNS server that resolves its hosts."""
+
+    web: LocalWeb
+    dns: DnsServer
+    tmp: Path
+
+    def url(self, host: str, path: str = "/") -> str:
+        """Absolute URL of a page of the test web."""
+        return self.web.url(host, path)
+
+    def config_text(self, body: str) -> str:
+        """A larbin.conf for this web: state and outputs in tmp, its DNS, loopback allowed."""
+        return (
+            f"stateDir {self.tmp}/state\nsaveDir {self.tmp}/save\n"
+            f"dnsServers {self.dns.address}\nallowNetworks 127.0.0.0/8 end\n"
+            "httpPort 0\ninputPort 0\nwaitDuration 0\npagesConnexions 10\n"
+            f"checkpointInterval 1\n{body}\n"
+        )
+
+    async def crawl(self, body: str, timeout: float = CRAWL_TIMEOUT) -> Crawler:
+        """Run a crawl of this web with exitAtEnd until it ends; return the crawler."""
+        cfg = parse_config(self.config_text("exitAtEnd\n" + body))
+        crawler = Crawler(cfg, scratch=True)
+        await asyncio.wait_for(crawler.run(), timeout)
+        return crawler
+
+    def fetched(self) -> list[str]:
+        """Every URL the server was asked for, robots.txt included, in order."""
+        return [self.url(h.host, h.path) for h in self.web.hits]
+
+    def pages_fetched(self) -> list[str]:
+        """Every page URL the server was asked for, robots.txt excluded."""
+        return [u for u in self.fetched() if not u.endswith("/robots.txt")]
+
+
+@pytest.fixture
+async def make_web(tmp_path: Path) -> AsyncIterator[Callable[..., object]]:
+    """Factory: start a test web from a list of Sites; everything stops after the test."""
+    started: list[tuple[LocalWeb, DnsServer]] = []
+
+    async def make(sites: list[Site], extra_dns: dict[str, list[str]] | None = None) -> TestWeb:
+        web = LocalWeb(sites)
+        await web.start()
+        dns = DnsServer({**web.dns_records, **(extra_dns or {})})
+        await dns.start()
+        started.append((web, dns))
+        return TestWeb(web, dns, tmp_path)
+
+    yield make
+    for web, dns in started:
+        await web.stop()
+        await dns.stop()
