@@ -75,6 +75,8 @@ _FAST_ABS = re.compile(
 _FAST_ROOT = re.compile(r"(/(?!/)" + _P + r"*)" + _TAIL, re.S)
 _FAST_REL = re.compile(r"([^\x00-\x20\"#<>?`{}%\\/.\x7f-\U0010ffff]" + _P + r"*)" + _TAIL, re.S)
 _FAST_QUERY = re.compile(r"(\?" + _Q + r"*)(?:#.*)?\Z", re.S)
+_PATH_UNSAFE = re.compile(r"[\x00-\x20\"#<>?`{}\x7f-\U0010ffff]")
+_QUERY_UNSAFE = re.compile(r"[\x00-\x20\"#<>'\x7f-\U0010ffff]")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _PCT = re.compile(r"%[0-9A-Fa-f]{2}")
@@ -301,7 +303,9 @@ class Normalizer:
         """Parse any href like a browser; None for failures and non-http(s) results."""
         if not isinstance(href, str):
             return None
-        s = href.strip(_C0_SPACE).translate(_TAB_NEWLINE)
+        s = href.strip(_C0_SPACE)
+        if "\t" in s or "\n" in s or "\r" in s:
+            s = s.translate(_TAB_NEWLINE)
         if not s.isascii() and _SURROGATE.search(s):
             s = _SURROGATE.sub("\ufffd", s)  # browsers see lone surrogates as U+FFFD
         m = _SCHEME.match(s)
@@ -361,8 +365,13 @@ class Normalizer:
         path_text, qmark, query = s.partition("?")
         if path_text or not segments:
             _push_segments(segments, path_text.replace("\\", "/").split("/"))
-        path = _canon_escapes(quote("/" + "/".join(segments), safe=_PATH_SAFE))
-        query = "?" + _canon_escapes(quote(query, safe=_QUERY_SAFE)) if qmark else ""
+        path = "/" + "/".join(segments)
+        if _PATH_UNSAFE.search(path):
+            path = quote(path, safe=_PATH_SAFE)
+        if qmark and _QUERY_UNSAFE.search(query):
+            query = quote(query, safe=_QUERY_SAFE)
+        path = _canon_escapes(path)
+        query = "?" + _canon_escapes(query) if qmark else ""
         return self._finish(origin, path, query)
 
 

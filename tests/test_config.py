@@ -1,0 +1,125 @@
+"""larbin.conf: larbin's syntax, every SPEC.md key, errors that name file and line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from larbinpy.config import ConfigError, describe, load_config, parse_config
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).parents[1]
+
+
+def error_of(text: str) -> ConfigError:
+    """The ConfigError parsing `text` raises."""
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "test.conf")
+    return info.value
+
+
+def test_larbin_263_sample_configuration_loads_unchanged():
+    cfg = load_config(FIXTURES / "larbin-2.6.3.conf")
+    assert cfg.from_ == "email@address.com"
+    assert cfg.user_agent == "larbin_2.6.3"
+    assert (cfg.http_port, cfg.pages_connexions, cfg.dns_connexions) == (8081, 100, 5)
+    assert cfg.wait_duration == 60 and cfg.depth_in_site == 5
+    assert [s.url for s in cfg.start_urls] == ["http://localhost/"]
+    assert ".tar" in cfg.forbidden_extensions and ".psd" in cfg.forbidden_extensions
+    assert ".z" in cfg.forbidden_extensions  # extensions compare case-insensitively
+    assert len(cfg.forbidden_extensions) == 39
+
+
+def test_shipped_configuration_is_valid():
+    cfg = load_config(REPO / "larbin.conf")
+    assert cfg.exit_at_end and cfg.start_urls
+
+
+def test_depth_in_site_applies_to_the_start_urls_after_it():
+    cfg = parse_config("startUrl http://a/\ndepthInSite 2\nstartUrl http://b/\n")
+    assert [(s.url, s.depth) for s in cfg.start_urls] == [("http://a/", 5), ("http://b/", 2)]
+
+
+def test_keys_are_case_insensitive_and_quotes_make_one_token():
+    cfg = parse_config('USERAGENT "my bot 1.0"  # comment\nwaitduration 2.5\n')
+    assert cfg.user_agent == "my bot 1.0" and cfg.wait_duration == 2.5
+
+
+def test_lists_span_lines_and_end_with_end():
+    cfg = parse_config("limitToDomain .fr\n .dk # c\n .uk end\nallowNetworks 10.0.0.0/8 end\n")
+    assert cfg.limit_to_domain == [".fr", ".dk", ".uk"]
+    assert str(cfg.allow_networks[0]) == "10.0.0.0/8"
+
+
+def test_repeatable_keys_accumulate():
+    cfg = parse_config("output save\noutput links\ndnsServers 127.0.0.1:5353\ndnsServers 9.9.9.9\n")
+    assert cfg.outputs == ["save", "links"]
+    assert cfg.dns_servers == ["127.0.0.1:5353", "9.9.9.9"]
+
+
+def test_sizes_accept_suffixes_and_powers():
+    cfg = parse_config("hashSize 2^20\nmaxPageSize 2MiB\nwarcMaxSize 1G\n")
+    assert (cfg.hash_size, cfg.max_page_size, cfg.warc_max_size) == (1 << 20, 2 << 20, 10**9)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        ("From a@b\n\nnoSuchKey 1\n", 3, "unknown key"),
+        ("waitDuration soon\n", 1, "waitDuration"),
+        ("\npagesConnexions 0\n", 2, "between 1"),
+        ("forbiddenExtensions .a .b\n", 1, "missing its 'end'"),
+        ("output floppy\n", 1, "expected one of"),
+        ("startUrl\nwaitDuration 1\n", 1, "needs a value"),
+        ("robots maybe\n", 1, "on or off"),
+        ("excludePatterns \"(\" end\n", 1, "regular expression"),
+        ("allowNetworks 10.0.0.300/8 end\n", 1, "allowNetworks"),
+        ('UserAgent "unterminated\n', 1, "unterminated"),
+        ("\n\ncluster redis://127.0.0.1:6379/0\n", 3, "not supported yet"),
+        ("output warc\n", 1, "not supported yet"),
+        ("dnsServers 1.2.3.4:99999\n", 1, "bad port"),
+    ],
+)
+def test_errors_name_the_file_and_line(text: str, line: int, words: str):
+    err = error_of(text)
+    assert err.line == line
+    assert str(err).startswith(f"test.conf:{line}: ")
+    assert words in str(err)
+
+
+def test_check_config_prints_the_effective_configuration():
+    text = describe(parse_config("waitDuration 3\nstartUrl http://x/\n"))
+    assert "waitDuration         3.0" in text
+    assert "connectionsPerHost   1" in text  # defaults are shown too
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run the larbinpy command."""
+    return subprocess.run(
+        [sys.executable, "-m", "larbinpy", *args], cwd=cwd, capture_output=True, text=True,
+        timeout=60,
+    )
+
+
+def test_a_bad_configuration_exits_2_naming_file_and_line(tmp_path: Path):
+    conf = tmp_path / "bad.conf"
+    conf.write_text("From me@x\nwaitDuration 1\npagesConnexions many\n")
+    result = run_cli("-c", str(conf), cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"{conf}:3:" in result.stderr and "pagesConnexions" in result.stderr
+
+
+def test_check_config_command_validates_and_exits_0(tmp_path: Path):
+    result = run_cli("check-config", "-c", str(FIXTURES / "larbin-2.6.3.conf"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "UserAgent            larbin_2.6.3" in result.stdout
+
+
+def test_a_missing_seed_file_is_a_configuration_error(tmp_path: Path):
+    conf = tmp_path / "c.conf"
+    conf.write_text("seedFile nope.txt\n")
+    result = run_cli("check-config", "-c", str(conf), cwd=tmp_path)
+    assert result.returncode == 2 and f"{conf}:1:" in result.stderr
