@@ -13,8 +13,6 @@ import aiohttp
 from .config import Config
 from .stages.dns import CrawlerResolver, Dns
 
-VERSION = "0.1.0"
-
 
 def request_headers(cfg: Config) -> dict[str, str]:
     """Headers sent with every request: who we are and how to reach the operator."""

@@ -16,12 +16,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from . import __version__
 from .client import make_session
 from .config import Config
 from .frontier import MemoryFrontier
 from .hashset import BitmapSeenSet
 from .netpolicy import NetworkPolicy
 from .outputs import Outputs
+from .ports import Ports
 from .progress import Progress
 from .records import Job, Site
 from .sites import Sites
@@ -44,6 +46,8 @@ SEED_BATCH = 1000
 
 class Crawler:
     """One crawl, from larbin.conf to exit."""
+
+    version = __version__
 
     def __init__(self, cfg: Config, scratch: bool = False, progress: bool = False) -> None:
         self.cfg, self.scratch = cfg, scratch
@@ -121,11 +125,14 @@ class Crawler:
                  asyncio.ensure_future(self.sequencer.run()),
                  asyncio.ensure_future(self._tick())]
         self._install_signals()
+        ports = Ports(self)
         try:
+            await ports.start()
             await self._load_seeds()
             await self._wait_until_done()
             await self._stop(tasks)
         finally:
+            await ports.stop()
             await session.close()
             self._close()
         self.progress.summary()

@@ -34,6 +34,10 @@ class Frontier(Protocol):
         """Every waiting job, for a checkpoint."""
         ...
 
+    def sizes(self) -> dict[int, int]:
+        """Waiting jobs per priority."""
+        ...
+
 
 class MemoryFrontier:
     """Priority FIFOs held in memory."""

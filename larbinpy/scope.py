@@ -46,7 +46,7 @@ class Scope:
         return None
 
     def _domain_ok(self, host: str) -> bool:
-        """limitToDomain: `.fr` matches any host ending in .fr; `a.com` matches a.com and x.a.com."""
+        """limitToDomain: `.fr` matches hosts ending in .fr; `a.com` matches a.com and x.a.com."""
         for d in self.domains:
             if host == d.lstrip(".") or host.endswith(d if d.startswith(".") else "." + d):
                 return True

@@ -76,3 +76,12 @@ async def make_web(tmp_path: Path) -> AsyncIterator[Callable[..., object]]:
     for web, dns in started:
         await web.stop()
         await dns.stop()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -28,7 +28,8 @@ def hosts_web() -> list[Site]:
         "/": html("/b1.html", "/b2.html"),
         "/b1.html": html("/b2.html"),
         "/b2.html": html("/b1.html", "/"),
-        "/robots.txt": Page("User-agent: larbinpy\nDisallow: /b2.html\n", content_type="text/plain"),
+        "/robots.txt": Page("User-agent: larbinpy\nDisallow: /b2.html\n",
+                            content_type="text/plain"),
     })
     c = Site("c.test", "127.0.0.3", {
         "/": html("/c1.html"),

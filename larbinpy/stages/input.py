@@ -72,7 +72,8 @@ class Input:
                 candidates[url] = raw
         fresh = list(candidates) if force else self.seen.missing(list(candidates))
         fresh_set = set(fresh)
-        rejected += [(raw, REASONS["urlDup"]) for u, raw in candidates.items() if u not in fresh_set]
+        dup = REASONS["urlDup"]
+        rejected += [(raw, dup) for u, raw in candidates.items() if u not in fresh_set]
         self._queue([Job(u, depth, priority) for u in fresh])
         return Submission(len(fresh), rejected)
 
@@ -103,8 +104,8 @@ class Input:
             return
         fresh = set(self.seen.missing(wanted))
         stats.count("urlDup", len(wanted) - len(fresh))
-        jobs = [Job(u, d, parent.priority) for u, d in zip(wanted, depths, strict=True) if u in fresh]
-        self._queue(jobs)
+        prio = parent.priority
+        self._queue([Job(u, d, prio) for u, d in zip(wanted, depths, strict=True) if u in fresh])
 
     def add_redirect(self, parent: Job, target: str) -> None:
         """A redirect's target: a new job one hop further, scoped and de-duplicated like a link."""

@@ -115,7 +115,7 @@ class Reader:
         return "err30X"
 
     def _wanted_type(self, ctype: str, url: str) -> bool:
-        """HTML always; images with followImages; others with anyType, contentTypes, specificSearch."""
+        """HTML always; images with followImages; others per anyType/contentTypes/specificSearch."""
         cfg = self.cfg
         if ctype in HTML_TYPES or cfg.any_type or ctype in cfg.content_types:
             return True

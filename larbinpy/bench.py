@@ -1,0 +1,342 @@
+"""`larbinpy bench`: how fast the crawler is against a local synthetic web, and at what cost.
+
+It serves a synthetic web (`larbinpy.localweb.synth`: N hosts x M pages, ~15 kB each, 40 links
+a page, real DNS) from a separate process, so serving CPU is not charged to the crawler, then
+measures in this process:
+
+* the crawl: a full larbinpy crawl of that web (every stage: input, hash set, sequencer, DNS,
+  robots.txt, politeness, link extraction, output) -- wall time, CPU time (user + sys from
+  getrusage) and peak RSS;
+* the floor: a bare aiohttp loop fetching exactly the same page URLs with the same concurrency
+  (N workers, connector limit and per-host limit), reading each body and doing nothing else.
+
+The floor is measured in the same run, on the same machine and against the same server process,
+so the crawl/floor ratios cancel out the machine's speed and the server's cost: they show what
+the crawler itself adds on top of fetching. The crawl runs first because peak RSS
+(ru_maxrss) is a process-lifetime figure; measured first, it is the crawl's peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from .localweb.synth import host_ip, host_name, synth_urls
+from .localweb.web import StaticResolver
+
+READY_TIMEOUT = 30.0
+STOP_TIMEOUT = 5.0
+
+
+@dataclass
+class Run:
+    """Figures of one measured run (crawl or floor)."""
+
+    pages: int  # successful page fetches
+    seconds: float  # wall time
+    cpu_seconds: float  # user + sys CPU of this process
+    peak_rss_mb: float | None = None  # ru_maxrss at the end (None: not meaningful for this run)
+
+    @property
+    def pages_per_s(self) -> float:
+        """Throughput."""
+        return self.pages / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_ms_per_page(self) -> float:
+        """CPU milliseconds spent per page."""
+        return self.cpu_seconds / self.pages * 1000 if self.pages else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready figures, derived ones included."""
+        return {
+            **asdict(self),
+            "pages_per_s": round(self.pages_per_s, 1),
+            "cpu_ms_per_page": round(self.cpu_ms_per_page, 3),
+            "cpu_s_per_1000_pages": round(self.cpu_ms_per_page, 3),
+        }
+
+
+# --- measuring ---
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process so far."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MB (ru_maxrss is KiB on Linux)."""
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kib / 1024 if sys.platform != "darwin" else kib / 1024 / 1024
+
+
+def run_loop(coro: Awaitable[Any]) -> Any:
+    """Run a coroutine on a fresh uvloop loop when installed, else on asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+    return uvloop.run(coro)  # type: ignore[arg-type]
+
+
+def measured(make_coro: Callable[[], Awaitable[int]]) -> tuple[int, float, float]:
+    """Run the coroutine made by `make_coro`; return (its result, wall s, CPU s)."""
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
+    result = run_loop(make_coro())
+    return result, time.perf_counter() - t0, cpu_seconds() - cpu0
+
+
+# --- the synthetic web, in its own process ---
+
+
+class SynthServer:
+    """`python -m larbinpy.localweb.synth serve` as a child process; a context manager."""
+
+    def __init__(self, hosts: int, pages: int, workdir: Path) -> None:
+        self.hosts, self.pages = hosts, pages
+        self.ready_file = workdir / "synth.ready"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.http_port = self.dns_port = 0
+
+    def __enter__(self) -> SynthServer:
+        """Start the server and wait until it listens (RuntimeError if it does not)."""
+        cmd = [sys.executable, "-m", "larbinpy.localweb.synth", "serve",
+               "--hosts", str(self.hosts), "--pages", str(self.pages),
+               "--http-port", "0", "--dns-port", "0", "--ready-file", str(self.ready_file)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Always stop the server."""
+        self.stop()
+
+    def _wait_ready(self) -> None:
+        """Poll the ready file for `HTTP_PORT DNS_PORT`, bounded by READY_TIMEOUT."""
+        assert self.proc is not None
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"synthetic web exited with code {self.proc.returncode}")
+            if self.ready_file.exists():
+                http_port, dns_port = self.ready_file.read_text().split()
+                self.http_port, self.dns_port = int(http_port), int(dns_port)
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"synthetic web not ready after {READY_TIMEOUT:.0f} s")
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it does not exit within STOP_TIMEOUT."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# --- the crawl ---
+
+
+def crawl_config(args: argparse.Namespace, server: SynthServer, workdir: Path) -> str:
+    """larbin.conf text for crawling the synthetic web; every host's root is a seed."""
+    seeds = workdir / "seeds.txt"
+    port = server.http_port
+    seeds.write_text("".join(f"http://{host_name(h)}:{port}/\n" for h in range(args.hosts)))
+    return (
+        f"UserAgent larbinpy-bench\n"
+        f"dnsServers 127.0.0.1:{server.dns_port}\n"
+        f"allowNetworks 127.0.0.0/8 end\n"
+        f"pagesConnexions {args.connections}\n"
+        f"connectionsPerHost {args.per_host}\n"
+        f"waitDuration 0\n"
+        f"depthInSite 1000\n"
+        f"startUrl http://{host_name(0)}:{port}/\n"
+        f"seedFile {seeds}\n"
+        f"exitAtEnd\n"
+        f"httpPort 0\ninputPort 0\n"
+        f"output {args.output}\n"
+        f"saveDir {workdir / 'save'}\nstateDir {workdir / 'state'}\n"
+        f"hashSize {1 << 26}\n"
+    )
+
+
+def run_crawl(config_text: str, workdir: Path) -> tuple[Run, dict[str, int]]:
+    """Crawl with a fresh Crawler on a fresh loop; return its figures and its outcomes."""
+    from .config import parse_config
+    from .crawler import Crawler
+
+    cfg = parse_config(config_text, str(workdir / "larbin.conf"))
+    crawlers: list[Crawler] = []
+
+    async def crawl() -> int:
+        """Build the crawler on the running loop, then crawl."""
+        crawlers.append(Crawler(cfg, scratch=True))
+        return await crawlers[0].run()
+
+    code, wall, cpu = measured(crawl)
+    crawler = crawlers[0]
+    if code != 0:
+        raise RuntimeError(f"crawl exited with code {code}")
+    outcomes = {k: v for k, v in crawler.stats.outcomes.items() if v}
+    return Run(outcomes.get("success", 0), wall, cpu, peak_rss_mb()), outcomes
+
+
+# --- the floor ---
+
+
+async def fetch_all(urls: list[str], resolver: StaticResolver, connections: int,
+                    per_host: int) -> int:
+    """Fetch every URL with `connections` workers, reading bodies fully; return 200s."""
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for url in urls:
+        queue.put_nowait(url)
+    ok = 0
+    connector = aiohttp.TCPConnector(limit=connections, limit_per_host=per_host,
+                                     resolver=resolver)
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        """Take URLs until the queue is empty."""
+        nonlocal ok
+        while not queue.empty():
+            url = queue.get_nowait()
+            try:
+                async with session.get(url) as resp:
+                    await resp.read()
+                    ok += resp.status == 200
+            except (TimeoutError, aiohttp.ClientError):
+                pass  # counted as missing: the report warns when ok != len(urls)
+
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await asyncio.gather(*(worker(session) for _ in range(connections)))
+    return ok
+
+
+def run_floor(args: argparse.Namespace, server: SynthServer) -> Run:
+    """The bare fetch loop over the same page URLs as the crawl."""
+    urls = list(synth_urls(args.hosts, args.pages, server.http_port))
+    resolver = StaticResolver({host_name(h): [host_ip(h)] for h in range(args.hosts)})
+    ok, wall, cpu = measured(lambda: fetch_all(urls, resolver, args.connections, args.per_host))
+    return Run(ok, wall, cpu)
+
+
+# --- report ---
+
+
+def ratios(crawl: Run, floor: Run | None) -> dict[str, float]:
+    """crawl/floor for throughput and CPU per page (empty without a floor)."""
+    if floor is None or not floor.pages_per_s or not floor.cpu_ms_per_page:
+        return {}
+    return {
+        "pages_per_s": round(crawl.pages_per_s / floor.pages_per_s, 3),
+        "cpu_per_page": round(crawl.cpu_ms_per_page / floor.cpu_ms_per_page, 3),
+    }
+
+
+def report_text(result: dict[str, Any]) -> str:
+    """The human-readable report."""
+    lines = [f"larbinpy bench: {result['hosts']} hosts x {result['pages_per_host']} pages, "
+             f"{result['connections']} connections, {result['per_host']} per host, "
+             f"output {result['output']}, loop {result['loop']}"]
+    for name in ("crawl", "floor"):
+        r = result.get(name)
+        if r is None:
+            continue
+        rss = f", peak RSS {r['peak_rss_mb']:.0f} MB" if r["peak_rss_mb"] is not None else ""
+        lines.append(
+            f"  {name:5}: {r['pages']} pages in {r['seconds']:.2f} s = {r['pages_per_s']:.0f} "
+            f"pages/s; CPU {r['cpu_seconds']:.2f} s = {r['cpu_ms_per_page']:.3f} ms/page "
+            f"({r['cpu_s_per_1000_pages']:.2f} s per 1,000 pages){rss}"
+        )
+    if result["ratios"]:
+        q = result["ratios"]
+        lines.append(f"  crawl/floor: pages/s x{q['pages_per_s']:.2f}, "
+                     f"CPU per page x{q['cpu_per_page']:.2f}")
+    lines.append(f"  crawl outcomes: {result['outcomes']}")
+    lines += [f"WARNING: {w}" for w in result["warnings"]]
+    return "\n".join(lines)
+
+
+def loop_name() -> str:
+    """Which event loop the runs use."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "uvloop"
+
+
+# --- command line ---
+
+
+def parser() -> argparse.ArgumentParser:
+    """`larbinpy bench` options."""
+    p = argparse.ArgumentParser(prog="larbinpy bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hosts", type=int, default=200, help="synthetic hosts [200]")
+    p.add_argument("--pages", type=int, default=100, help="pages per host [100]")
+    p.add_argument("--connections", type=int, default=64, help="pagesConnexions [64]")
+    p.add_argument("--per-host", type=int, default=4, help="connectionsPerHost [4]")
+    p.add_argument("--output", choices=("save", "none", "links"), default="save")
+    p.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
+                   help="also measure the bare aiohttp fetch loop [on]")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """Serve, crawl, then fetch the floor; return the result object."""
+    with SynthServer(args.hosts, args.pages, workdir) as server:
+        crawl, outcomes = run_crawl(crawl_config(args, server, workdir), workdir)
+        floor = run_floor(args, server) if args.floor else None
+    expected = args.hosts * args.pages
+    warnings = []
+    if crawl.pages != expected:
+        warnings.append(f"crawl fetched {crawl.pages} pages, expected {expected}")
+    if floor is not None and floor.pages != expected:
+        warnings.append(f"floor fetched {floor.pages} pages, expected {expected}")
+    return {
+        "hosts": args.hosts, "pages_per_host": args.pages, "expected_pages": expected,
+        "connections": args.connections, "per_host": args.per_host, "output": args.output,
+        "loop": loop_name(), "cpus": os.cpu_count(),
+        "crawl": crawl.as_dict(), "floor": floor.as_dict() if floor else None,
+        "ratios": ratios(crawl, floor), "outcomes": outcomes, "warnings": warnings,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `larbinpy bench`; 0 on success, 1 if the server or the crawl fails."""
+    args = parser().parse_args(argv)
+    from .cli import setup_logging
+
+    setup_logging(-1)  # warnings only: logging must not cost the crawl CPU
+    with tempfile.TemporaryDirectory(prefix="larbinpy-bench-") as tmp:
+        try:
+            result = bench(args, Path(tmp))
+        except Exception as exc:
+            print(f"larbinpy bench: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+    print(json.dumps(result) if args.json else report_text(result))
+    return 0

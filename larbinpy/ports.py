@@ -1,0 +1,230 @@
+"""The built-in HTTP ports, on the crawler's own event loop (aiohttp.web).
+
+- `httpPort` (read-only): `GET /` the status page, `GET /status.json`, `GET /metrics`.
+- `inputPort` (write): `POST /urls` hands URLs to the input stage, JSON or larbin's text form.
+They may share one port. Bad requests get a 4xx with a reason and queue nothing.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from .status import snapshot
+from .statuspage import metrics_text, render_html
+
+if TYPE_CHECKING:
+    from .crawler import Crawler
+
+MAX_PRIORITY = 1000  # priorities are FIFO names: keep their number small
+
+
+class BadSubmission(Exception):
+    """A request the input port refuses: HTTP status and reason."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+@dataclass
+class Submission:
+    """A parsed POST /urls."""
+
+    urls: list[str]
+    priority: int = 0
+    depth: int | None = None
+    force: bool = False
+
+
+def _int_param(value: Any, name: str, low: int, high: int | None = None) -> int:
+    """An integer parameter within bounds, or a 400."""
+    if isinstance(value, str) and re.fullmatch(r"-?\d{1,9}", value.strip()):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadSubmission(400, f"{name} must be an integer")
+    if value < low or (high is not None and value > high):
+        raise BadSubmission(400, f"{name} must be between {low} and {high or 'any'}")
+    return value
+
+
+def _bool_param(value: Any, name: str) -> bool:
+    """A boolean parameter (JSON true/false, or 0/1/true/false in a query), or a 400."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "0", "false", "no"):
+        return value.lower() in ("1", "true", "yes")
+    if value in (0, 1):
+        return bool(value)
+    raise BadSubmission(400, f"{name} must be true or false")
+
+
+def parse_json_body(body: bytes) -> Submission:
+    """`{"urls": [...], "priority": 0, "depth": 5, "force": false}`."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadSubmission(400, f"malformed JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadSubmission(400, "the body must be a JSON object")
+    unknown = set(data) - {"urls", "priority", "depth", "force"}
+    if unknown:
+        raise BadSubmission(400, f"unknown fields: {', '.join(sorted(unknown))}")
+    urls = data.get("urls")
+    if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+        raise BadSubmission(400, "urls must be a list of strings")
+    return Submission(
+        urls,
+        _int_param(data.get("priority", 0), "priority", 0, MAX_PRIORITY),
+        _int_param(data["depth"], "depth", 0) if data.get("depth") is not None else None,
+        _bool_param(data.get("force", False), "force"),
+    )
+
+
+_LARBIN_HEADER = re.compile(r"^\s*(priority|depth|test):", re.I)
+
+
+def parse_text_body(body: bytes, query: dict[str, str]) -> Submission:
+    """One URL per line; `?priority=&depth=&force=`; larbin's `priority:P depth:D test:T` line."""
+    try:
+        lines = body.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise BadSubmission(400, "the body must be UTF-8 text") from None
+    params: dict[str, str] = dict(query)
+    if lines and _LARBIN_HEADER.match(lines[0]):
+        params.update(_larbin_header(lines.pop(0)))
+    urls = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    return Submission(
+        urls,
+        _int_param(params.get("priority", "0"), "priority", 0, MAX_PRIORITY),
+        _int_param(params["depth"], "depth", 0) if "depth" in params else None,
+        _bool_param(params.get("force", params.get("test", "0")), "force"),
+    )
+
+
+def _larbin_header(line: str) -> dict[str, str]:
+    """larbin's input header `priority:1 depth:3 test:0` as parameters (test means force)."""
+    out: dict[str, str] = {}
+    for word in line.split():
+        key, sep, value = word.partition(":")
+        if not sep or key.lower() not in ("priority", "depth", "test"):
+            raise BadSubmission(400, f"bad larbin header word {word!r}")
+        out["force" if key.lower() == "test" else key.lower()] = value
+    return out
+
+
+class Ports:
+    """The status and input listeners of one crawl."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.cfg = crawler.cfg
+        self.runners: list[web.AppRunner] = []
+
+    async def start(self) -> None:
+        """Listen on httpPort and inputPort (one listener when equal; 0 disables)."""
+        http, inp = self.cfg.http_port, self.cfg.input_port
+        if http and http == inp:
+            await self._serve(http, status=True, submit=True)
+            return
+        if http:
+            await self._serve(http, status=True, submit=False)
+        if inp:
+            await self._serve(inp, status=False, submit=True)
+
+    async def _serve(self, port: int, status: bool, submit: bool) -> None:
+        """One aiohttp.web listener."""
+        app = web.Application(client_max_size=self.cfg.input_max_body)
+        if status:
+            app.router.add_get("/", self.page)
+            app.router.add_get("/status.json", self.status_json)
+            app.router.add_get("/metrics", self.metrics)
+        if submit:
+            app.router.add_post("/urls", self.submit)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        self.runners.append(runner)
+        try:
+            await web.TCPSite(runner, self.cfg.http_host, port).start()
+        except OSError as exc:
+            key = "httpport" if status else "inputport"
+            raise self.cfg.error(key, f"cannot listen on {self.cfg.http_host}:{port}: "
+                                      f"{exc.strerror or exc}") from None
+
+    async def stop(self) -> None:
+        """Close the listeners."""
+        for runner in self.runners:
+            await runner.cleanup()
+        self.runners.clear()
+
+    async def page(self, request: web.Request) -> web.Response:
+        """GET /: the HTML status page."""
+        return web.Response(text=render_html(snapshot(self.crawler)), content_type="text/html")
+
+    async def status_json(self, request: web.Request) -> web.Response:
+        """GET /status.json."""
+        return web.json_response(snapshot(self.crawler))
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """GET /metrics: Prometheus text format."""
+        body, ctype = metrics_text(snapshot(self.crawler))
+        return web.Response(body=body, headers={"Content-Type": ctype})
+
+    async def submit(self, request: web.Request) -> web.Response:
+        """POST /urls: hand URLs to the input stage; 202 with what was accepted."""
+        try:
+            self._authorize(request)
+            sub = await self._parse(request)
+        except BadSubmission as exc:
+            return web.json_response({"error": exc.reason}, status=exc.status)
+        result = self.crawler.input.submit(sub.urls, sub.priority, sub.depth, sub.force)
+        self.crawler.changed()
+        return web.json_response(
+            {"accepted": result.accepted,
+             "rejected": [{"url": u, "reason": r} for u, r in result.rejected]},
+            status=202,
+        )
+
+    def _authorize(self, request: web.Request) -> None:
+        """401 unless the bearer token matches (when inputToken is set)."""
+        token = self.cfg.input_token
+        if token is None:
+            return
+        given = request.headers.get("Authorization", "")
+        expected = f"Bearer {token}"
+        # constant time: the comparison must not tell how much of a guess was right
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            raise BadSubmission(401, "missing or wrong bearer token")
+
+    async def _parse(self, request: web.Request) -> Submission:
+        """Read (bounded) and parse the body by content type."""
+        limit = self.cfg.input_max_body
+        if request.content_length is not None and request.content_length > limit:
+            raise BadSubmission(413, f"body over inputMaxBody ({limit} bytes)")
+        body = await self._read_capped(request, limit)
+        if request.content_type == "application/json":
+            sub = parse_json_body(body)
+        elif request.content_type in ("text/plain", "application/octet-stream", ""):
+            sub = parse_text_body(body, dict(request.query))
+        else:
+            raise BadSubmission(415, f"unsupported content type {request.content_type}")
+        if len(sub.urls) > self.cfg.input_max_urls:
+            raise BadSubmission(413, f"more than inputMaxUrls ({self.cfg.input_max_urls}) URLs")
+        return sub
+
+    @staticmethod
+    async def _read_capped(request: web.Request, limit: int) -> bytes:
+        """The body, refusing (413) as soon as it goes over `limit` (chunked bodies too)."""
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                raise BadSubmission(413, f"body over inputMaxBody ({limit} bytes)")
+            chunks.append(chunk)
+        return b"".join(chunks)

@@ -1,0 +1,171 @@
+"""The daemon's HTTP ports over real sockets: submit URLs, watch status, bad input refused."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+
+import aiohttp
+import pytest
+from conftest import free_port, html
+from prometheus_client.parser import text_string_to_metric_families
+
+from larbinpy.config import parse_config
+from larbinpy.crawler import Crawler
+from larbinpy.localweb import Site
+from larbinpy.ports import BadSubmission, parse_json_body, parse_text_body
+
+
+def small_web() -> list[Site]:
+    """Two sites of three pages."""
+    return [
+        Site("one.test", "127.0.0.2", {"/": html("/1.html", "/2.html"),
+                                       "/1.html": html(), "/2.html": html()}),
+        Site("two.test", "127.0.0.3", {"/": html("/x.html"), "/x.html": html()}),
+    ]
+
+
+@contextlib.asynccontextmanager
+async def daemon(tw, extra: str = "", same_port: bool = False):
+    """A crawler without exitAtEnd, with its ports; stopped cleanly at the end."""
+    http = free_port()
+    inp = http if same_port else free_port()
+    text = tw.config_text(extra).replace("httpPort 0\ninputPort 0\n", "")
+    cfg = parse_config(text + f"\nhttpPort {http}\ninputPort {inp}\n")
+    crawler = Crawler(cfg, scratch=True)
+    task = asyncio.ensure_future(crawler.run())
+    async with aiohttp.ClientSession() as client:
+        for _ in range(100):  # wait for the listeners
+            try:
+                async with client.get(f"http://127.0.0.1:{http}/status.json") as r:
+                    if r.status == 200:
+                        break
+            except aiohttp.ClientConnectionError:
+                await asyncio.sleep(0.05)
+        try:
+            yield crawler, client, f"http://127.0.0.1:{http}", f"http://127.0.0.1:{inp}"
+        finally:
+            crawler.request_stop()
+            assert await asyncio.wait_for(task, 30) == 0
+
+
+async def wait_idle(client: aiohttp.ClientSession, status_url: str, timeout: float = 20) -> dict:
+    """Poll status.json until the crawler says it is idle."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        async with client.get(status_url + "/status.json") as r:
+            status = await r.json()
+        if status["idle"] or asyncio.get_running_loop().time() > deadline:
+            return status
+        await asyncio.sleep(0.05)
+
+
+async def test_daemon_crawls_idles_and_crawls_again_on_submission(make_web):
+    tw = await make_web(small_web())
+    async with daemon(tw) as (crawler, client, status_url, input_url):
+        async with client.post(input_url + "/urls", json={"urls": [tw.url("one.test")]}) as r:
+            assert r.status == 202
+            assert await r.json() == {"accepted": 1, "rejected": []}
+        status = await wait_idle(client, status_url)
+        assert status["idle"] and status["outcomes"]["success"] == 3
+        assert {h.host for h in tw.web.hits} == {"one.test"}
+        # idle daemon: a new submission crawls again, in the same process
+        text = f"{tw.url('two.test')}\n{tw.url('one.test')}\n"
+        async with client.post(input_url + "/urls", data=text,
+                               headers={"Content-Type": "text/plain"}) as r:
+            answer = await r.json()
+        assert answer["accepted"] == 1
+        assert answer["rejected"][0]["reason"].startswith("duplicate")
+        status = await wait_idle(client, status_url)
+        assert status["outcomes"]["success"] == 5
+        assert len(tw.pages_fetched()) == 5
+
+
+async def test_status_page_json_and_metrics_show_the_figures(make_web):
+    tw = await make_web(small_web())
+    async with daemon(tw, same_port=True) as (crawler, client, status_url, input_url):
+        async with client.post(input_url + "/urls", json={"urls": [tw.url("one.test")]}):
+            pass
+        await wait_idle(client, status_url)
+        async with client.get(status_url + "/") as r:
+            page = await r.text()
+        assert r.status == 200 and "pages fetched" in page and 'http-equiv="refresh"' in page
+        assert "forbiddenRobots" in page
+        async with client.get(status_url + "/metrics") as r:
+            metrics = {m.name: m for m in text_string_to_metric_families(await r.text())}
+        outcomes = {s.labels["kind"]: s.value for s in metrics["larbinpy_fetch_outcomes"].samples}
+        assert outcomes["success"] == 3
+        assert metrics["larbinpy_idle"].samples[0].value == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "status", "words"),
+    [
+        ({"data": b"{not json", "headers": {"Content-Type": "application/json"}}, 400, "JSON"),
+        ({"json": {"urls": "http://x/"}}, 400, "list of strings"),
+        ({"json": {"urls": [], "priority": "high"}}, 400, "priority"),
+        ({"json": {"urls": [], "depth": -1}}, 400, "depth"),
+        ({"json": {"urls": [], "force": "maybe"}}, 400, "force"),
+        ({"json": {"urls": [], "colour": 1}}, 400, "unknown"),
+        ({"data": "priority:high\nhttp://x/\n", "headers": {"Content-Type": "text/plain"}},
+         400, "priority"),
+        ({"json": {"urls": [f"http://x/{i}" for i in range(11)]}}, 413, "inputMaxUrls"),
+        ({"data": b"x" * 5000, "headers": {"Content-Type": "text/plain"}}, 413, "inputMaxBody"),
+        ({"data": b"<xml/>", "headers": {"Content-Type": "application/xml"}}, 415, "type"),
+    ],
+)
+async def test_bad_submissions_are_refused_with_a_reason_and_queue_nothing(
+    make_web, kwargs, status, words
+):
+    tw = await make_web(small_web())
+    extra = "inputMaxUrls 10\ninputMaxBody 4000\n"
+    async with daemon(tw, extra) as (crawler, client, status_url, input_url):
+        async with client.post(input_url + "/urls", **kwargs) as r:
+            assert r.status == status
+            assert words in (await r.json())["error"]
+        assert crawler.stats.urls_seen == 0 and len(crawler.frontier) == 0
+
+
+async def test_input_token_is_required_when_set(make_web):
+    tw = await make_web(small_web())
+    async with daemon(tw, 'inputToken "s3cret"\n') as (crawler, client, status_url, input_url):
+        body = {"urls": [tw.url("one.test")]}
+        async with client.post(input_url + "/urls", json=body) as r:
+            assert r.status == 401
+        async with client.post(input_url + "/urls", json=body,
+                               headers={"Authorization": "Bearer wrong"}) as r:
+            assert r.status == 401
+        assert crawler.stats.urls_seen == 0
+        async with client.post(input_url + "/urls", json=body,
+                               headers={"Authorization": "Bearer s3cret"}) as r:
+            assert r.status == 202
+
+
+async def test_submit_command_reports_accepted_and_rejected(make_web):
+    tw = await make_web(small_web())
+    async with daemon(tw) as (crawler, client, status_url, input_url):
+        port = input_url.rsplit(":", 1)[1]
+        cmd = [sys.executable, "-m", "larbinpy", "submit", "--port", port, "--priority", "2",
+               tw.url("one.test"), "mailto:x@y"]
+        result = await asyncio.to_thread(
+            subprocess.run, cmd, capture_output=True, text=True, timeout=30)
+        assert result.returncode == 1  # one of the two was rejected
+        assert "accepted 1, rejected 1" in result.stdout
+        assert "mailto:x@y" in result.stderr
+        status = await wait_idle(client, status_url)
+        assert status["outcomes"]["success"] == 3
+
+
+def test_larbin_input_header_sets_priority_depth_and_force():
+    sub = parse_text_body(b"priority:3 depth:1 test:1\nhttp://a/\n\nhttp://b/\n", {})
+    assert (sub.urls, sub.priority, sub.depth, sub.force) == (["http://a/", "http://b/"], 3, 1,
+                                                               True)
+
+
+def test_json_body_defaults():
+    sub = parse_json_body(b'{"urls": ["http://a/"]}')
+    assert (sub.priority, sub.depth, sub.force) == (0, None, False)
+    with pytest.raises(BadSubmission):
+        parse_json_body(b'{"urls": ["http://a/"], "priority": true}')
