@@ -10,13 +10,14 @@ import ssl
 
 import aiohttp
 
+from .body import ACCEPT_ENCODING
 from .config import Config
 from .stages.dns import CrawlerResolver, Dns
 
 
 def request_headers(cfg: Config) -> dict[str, str]:
     """Headers sent with every request: who we are and how to reach the operator."""
-    headers = {"User-Agent": cfg.user_agent, "Accept": "*/*"}
+    headers = {"User-Agent": cfg.user_agent, "Accept": "*/*", "Accept-Encoding": ACCEPT_ENCODING}
     if cfg.from_:
         headers["From"] = cfg.from_
     return headers
@@ -49,6 +50,6 @@ def make_session(cfg: Config, dns: Dns) -> aiohttp.ClientSession:
         timeout=timeout,
         headers=request_headers(cfg),
         cookie_jar=aiohttp.DummyCookieJar(),  # cookies are off unless configured (not yet)
-        auto_decompress=True,
+        auto_decompress=False,  # body.py decodes, under maxPageSize, keeping the raw bytes
         skip_auto_headers=("User-Agent",),
     )

@@ -75,7 +75,8 @@ class Crawler:
         self.outputs = Outputs(cfg, self.stats)
         self.limiter = BandwidthLimiter(cfg.max_bandwidth) if cfg.max_bandwidth else None
         self.reader = Reader(cfg, self.stats, self.normalizer, self.robots, self.input,
-                             self.outputs.write, self.limiter, self.contents)
+                             self.outputs.write, self.limiter, self.contents,
+                             keep_raw=self.outputs.keep_raw)
         self.opener = Opener(cfg, self.sites, self.robots, self.reader, self.changed)
         self.dns = Dns(cfg, self.stats, self.sites, NetworkPolicy(cfg.allow_networks),
                        self._resolved)

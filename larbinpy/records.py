@@ -81,4 +81,9 @@ class Page:
     fetched_at: float  # wall-clock time
     elapsed: float  # seconds the fetch took
     links: list[str] = field(default_factory=list)
-    redirect_to: str | None = None
+    # the exchange as it went over the wire, for archival outputs (WARC)
+    raw_body: bytes | None = None  # body before content-decoding (None unless kept)
+    raw_headers: tuple[tuple[bytes, bytes], ...] = ()
+    http_version: str = "HTTP/1.1"
+    reason: str = ""
+    request_headers: Any = None  # headers sent with the request

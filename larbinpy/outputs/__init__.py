@@ -25,7 +25,7 @@ class Output(Protocol):
     """One destination for fetched pages."""
 
     def write(self, page: Page) -> None:
-        """Store one page."""
+        """Store one response (every status; most outputs keep only 2xx pages)."""
         ...
 
     def flush(self) -> None:
@@ -70,6 +70,8 @@ class Outputs:
         self.hook = load_hook(cfg.user_output) if cfg.user_output else None
         self.extensions = frozenset(cfg.specific_search)
         self.types = frozenset(cfg.content_types)
+        # archival outputs want every exchange as received, raw body included
+        self.keep_raw = any(getattr(o, "archival", False) for o in self.outputs)
 
     def wanted(self, page: Page) -> bool:
         """SPECIFICSEARCH: with specificSearch/contentTypes set, output only those pages."""

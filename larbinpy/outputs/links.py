@@ -20,7 +20,9 @@ class LinksOutput:
         self.file = open(Path(save_dir) / "links.jsonl", "a", encoding="utf-8")  # noqa: SIM115
 
     def write(self, page: Page) -> None:
-        """One line for one page."""
+        """One line for one page (2xx pages only, whatever other outputs keep)."""
+        if not 200 <= page.status < 300:
+            return
         record = {
             "url": page.job.url,
             "final_url": page.url,

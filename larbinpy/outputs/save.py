@@ -43,7 +43,9 @@ class SaveOutput:
         return folder
 
     def write(self, page: Page) -> None:
-        """Write the body to the next fNNNNN and index it."""
+        """Write the body to the next fNNNNN and index it (2xx pages only)."""
+        if not 200 <= page.status < 300:
+            return
         folder = self._folder()
         name = f"f{self.file_no:05d}"
         (folder / name).write_bytes(page.body)

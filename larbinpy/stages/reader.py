@@ -16,6 +16,7 @@ from collections.abc import Callable
 import aiohttp
 import xxhash
 
+from ..body import BodyError, read_body
 from ..config import Config
 from ..extract import extract_links
 from ..hashset import SeenSet
@@ -44,12 +45,14 @@ class Reader:
         write_page: Callable[[Page], None],
         limiter: BandwidthLimiter | None,
         contents: SeenSet | None,
+        keep_raw: bool = False,
     ) -> None:
         self.cfg, self.stats, self.normalizer = cfg, stats, normalizer
         self.robots, self.input = robots, input_stage
         self.write_page = write_page
         self.limiter = limiter
         self.contents = contents  # noDup: digests of bodies already seen
+        self.keep_raw = keep_raw  # an archival output wants the bytes as received
         self.session: aiohttp.ClientSession | None = None
 
     async def fetch(self, site: Site, job: Job) -> None:
@@ -70,6 +73,8 @@ class Reader:
         try:
             async with self.session.get(job.url, allow_redirects=False) as resp:
                 return await self._response(site, job, resp, start)
+        except BodyError as exc:
+            return exc.kind
         except Exception as exc:  # noqa: BLE001 - every failure becomes one counted outcome
             return failure_kind(exc)
 
@@ -79,33 +84,49 @@ class Reader:
         """Route a response by status and type: the outcome kind."""
         self.stats.pages += 1
         status = resp.status
-        if 300 <= status < 400:
-            return self._redirect(job, resp.headers.get("Location"))
-        if status >= 400:
-            return "err50X" if status >= 500 else "err40X"
-        ctype = resp.content_type
-        if not self._wanted_type(ctype, job.url):
+        if not 200 <= status < 300:
+            if 300 <= status < 400:
+                kind = self._redirect(job, resp.headers.get("Location"))
+            else:
+                kind = "err50X" if status >= 500 else "err40X" if status >= 400 else "badType"
+            if self.keep_raw:  # archives want every exchange, not only the successes
+                self.write_page(await self._page(site, job, resp, start))
+            return kind
+        if not self._wanted_type(resp.content_type, job.url):
             return "badType"
-        body = await self._read(resp)
-        if body is None:
-            return "tooBig"
-        if self.contents is not None and self._seen_body(body):
+        page = await self._page(site, job, resp, start)
+        if self.contents is not None and self._seen_body(page.body):
             return "duplicate"
-        links: list[str] = []
-        if ctype in HTML_TYPES:
-            links, dropped = extract_links(
-                body, job.url, self.normalizer,
+        if page.content_type in HTML_TYPES:
+            page.links, dropped = extract_links(
+                page.body, job.url, self.normalizer,
                 follow_images=self.cfg.follow_images, max_links=self.cfg.max_links_per_page,
             )
             self.stats.links_dropped += dropped
-        peer = resp.connection.transport.get_extra_info("peername") if resp.connection else None
-        self.write_page(Page(
-            job=job, url=job.url, status=status, headers=resp.headers, body=body,
-            content_type=ctype, ip=peer[0] if peer else (site.ip.addr if site.ip else ""),
-            fetched_at=time.time(), elapsed=time.monotonic() - start, links=links,
-        ))
-        self.input.add_links(job, job.url, links)
+        self.write_page(page)
+        self.input.add_links(job, job.url, page.links)
         return "success"
+
+    async def _page(
+        self, site: Site, job: Job, resp: aiohttp.ClientResponse, start: float
+    ) -> Page:
+        """Read the body under the limits and describe the exchange."""
+        body = await read_body(
+            resp, self.cfg.max_page_size, keep_raw=self.keep_raw, limiter=self.limiter,
+            min_rate=self.cfg.min_rate,
+        )
+        self.stats.bytes += body.wire_bytes
+        peer = resp.connection.transport.get_extra_info("peername") if resp.connection else None
+        version = resp.version
+        return Page(
+            job=job, url=job.url, status=resp.status, headers=resp.headers, body=body.data,
+            content_type=resp.content_type,
+            ip=peer[0] if peer else (site.ip.addr if site.ip else ""),
+            fetched_at=time.time(), elapsed=time.monotonic() - start,
+            raw_body=body.raw, raw_headers=resp.raw_headers,
+            http_version=f"HTTP/{version.major}.{version.minor}" if version else "HTTP/1.1",
+            reason=resp.reason or "", request_headers=resp.request_info.headers,
+        )
 
     def _redirect(self, job: Job, location: str | None) -> str:
         """A 3xx: its target goes back to input as a new job, one hop further."""
@@ -122,25 +143,6 @@ class Reader:
         if cfg.follow_images and ctype.startswith("image/"):
             return True
         return bool(cfg.specific_search) and url_extension(url) in cfg.specific_search
-
-    async def _read(self, resp: aiohttp.ClientResponse) -> bytes | None:
-        """The body, or None as soon as it exceeds maxPageSize (decompressed)."""
-        limit = self.cfg.max_page_size
-        length = resp.content_length
-        if length is not None and length > limit and "Content-Encoding" not in resp.headers:
-            return None
-        chunks: list[bytes] = []
-        size = 0
-        limiter = self.limiter
-        async for chunk in resp.content.iter_any():
-            size += len(chunk)
-            if size > limit:
-                return None
-            chunks.append(chunk)
-            if limiter is not None:
-                await limiter.take(len(chunk))
-        self.stats.bytes += size
-        return b"".join(chunks)
 
     def _seen_body(self, body: bytes) -> bool:
         """noDup: was a page with this exact body already seen? (records it if not)"""

@@ -11,11 +11,11 @@ configured `UserAgent` and cached for `robotsTtl` seconds.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import aiohttp
 from protego import Protego
 
+from ..body import BodyError, read_body
 from ..config import Config
 from ..records import Site, SiteState
 from ..sites import Sites
@@ -62,11 +62,12 @@ class Robots:
             ) as resp:
                 if not 200 <= resp.status < 300:
                     return resp.status, ""
-                body = await _read_capped(resp, MAX_ROBOTS_BYTES)
-                return resp.status, body.decode("utf-8", errors="replace").lstrip("\ufeff")
+                # RFC 9309: parse at least the first 500 KiB; ignore the rest
+                body = await read_body(resp, MAX_ROBOTS_BYTES, truncate=True)
+                return resp.status, body.data.decode("utf-8", errors="replace").lstrip("\ufeff")
         except aiohttp.TooManyRedirects:
             return 404, ""  # RFC 9309: too many redirects means "unavailable": allow all
-        except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError, BodyError):
             return None, ""
 
     def _apply(self, site: Site, text: str | None, now: float) -> None:
@@ -89,15 +90,3 @@ class Robots:
             site.robots_failures = 0
         site.ready_at = max(site.ready_at, now + RETRY_DELAY)
 
-
-async def _read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
-    """At most `limit` bytes of a body (the rest is not read)."""
-    chunks: list[bytes] = []
-    size = 0
-    with contextlib.suppress(aiohttp.ClientPayloadError):
-        async for chunk in resp.content.iter_any():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= limit:
-                break
-    return b"".join(chunks)[:limit]

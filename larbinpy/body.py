@@ -1,0 +1,133 @@
+"""Reading a response body under limits, for the reader and robots stages.
+
+The HTTP client does not decompress (so the raw bytes stay available for WARC and a
+compression bomb cannot inflate behind our back): bodies are decoded here, incrementally,
+never producing more than `limit` bytes however small the compressed input. `minRate`
+(bytes/s, averaged after a grace period) cuts off servers that drip.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+import brotli
+
+from .stages.bandwidth import BandwidthLimiter
+
+ACCEPT_ENCODING = "gzip, deflate, br"
+MIN_RATE_GRACE = 3.0  # seconds before minRate applies: slow starts are normal
+
+
+class BodyError(Exception):
+    """The body could not be read within the limits: `kind` is the outcome to count."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+@dataclass(slots=True)
+class Body:
+    """A body as received (`raw`, kept only when asked) and decoded (`data`)."""
+
+    data: bytes
+    raw: bytes | None
+    wire_bytes: int
+
+
+def _inflater(encoding: str) -> Callable[[bytes, int], bytes] | None:
+    """A function (chunk, max_out) -> decoded bytes for a Content-Encoding; None = identity."""
+    enc = encoding.strip().lower()
+    if enc in ("", "identity"):
+        return None
+    if enc in ("gzip", "x-gzip"):
+        return _ZlibInflater(zlib.MAX_WBITS | 16).feed
+    if enc == "deflate":
+        return _ZlibInflater(zlib.MAX_WBITS, raw_fallback=True).feed
+    if enc == "br":
+        return _BrotliInflater().feed
+    raise BodyError("badEncoding")
+
+
+class _ZlibInflater:
+    """gzip/deflate, bounded output per call."""
+
+    def __init__(self, wbits: int, raw_fallback: bool = False) -> None:
+        self.d = zlib.decompressobj(wbits)
+        self.raw_fallback = raw_fallback  # servers send raw deflate as "deflate" too
+        self.started = False
+
+    def feed(self, chunk: bytes, max_out: int) -> bytes:
+        """Decode a chunk, producing at most `max_out` + 1 bytes (+1 tells "over the limit")."""
+        try:
+            out = self.d.decompress(chunk, max_out + 1)
+        except zlib.error:
+            if self.raw_fallback and not self.started:
+                self.d = zlib.decompressobj(-zlib.MAX_WBITS)
+                self.raw_fallback = False
+                return self.feed(chunk, max_out)
+            raise BodyError("badEncoding") from None
+        self.started = True
+        return out
+
+
+class _BrotliInflater:
+    """brotli, bounded output per call."""
+
+    def __init__(self) -> None:
+        self.d = brotli.Decompressor()
+
+    def feed(self, chunk: bytes, max_out: int) -> bytes:
+        """Decode a chunk, producing at most about `max_out` + 1 bytes."""
+        try:
+            return self.d.process(chunk, output_buffer_limit=max_out + 1)
+        except brotli.error:
+            raise BodyError("badEncoding") from None
+
+
+async def read_body(
+    resp: aiohttp.ClientResponse,
+    limit: int,
+    *,
+    keep_raw: bool = False,
+    limiter: BandwidthLimiter | None = None,
+    min_rate: float = 0.0,
+    truncate: bool = False,
+) -> Body:
+    """The decoded body, at most `limit` bytes (BodyError("tooBig") beyond, or cut if truncate)."""
+    inflate = _inflater(resp.headers.get("Content-Encoding", ""))
+    length = resp.content_length
+    if length is not None and length > limit and inflate is None and not truncate:
+        raise BodyError("tooBig")  # said up front: do not read it at all
+    raw: list[bytes] = []
+    data: list[bytes] = []
+    wire = size = 0
+    start = time.monotonic()
+    async for chunk in resp.content.iter_any():
+        wire += len(chunk)
+        if keep_raw:
+            raw.append(chunk)
+        out = inflate(chunk, limit - size) if inflate is not None else chunk
+        size += len(out)
+        data.append(out)
+        if size > limit or wire > limit:
+            if truncate:
+                break
+            raise BodyError("tooBig")
+        if limiter is not None:
+            await limiter.take(len(chunk))
+        if min_rate:
+            _check_rate(wire, start, min_rate)
+    body = b"".join(data)
+    return Body(body[:limit], b"".join(raw) if keep_raw else None, wire)
+
+
+def _check_rate(nbytes: int, start: float, min_rate: float) -> None:
+    """minRate: after the grace period, a body arriving slower than min_rate is cut off."""
+    elapsed = time.monotonic() - start
+    if elapsed > MIN_RATE_GRACE and nbytes / elapsed < min_rate:
+        raise BodyError("timeout")
