@@ -88,7 +88,6 @@ class Crawler:
         self.loading = 0  # seed sources still being read
         self.stop_requested = False
         self._changed = asyncio.Event()
-        self._last_checkpoint = time.monotonic()
 
     # --- "is the crawl done?" ---
 
@@ -124,7 +123,8 @@ class Crawler:
         self.robots.session = self.reader.session = session
         tasks = [*self.dns.start(), *self.opener.start(),
                  asyncio.ensure_future(self.sequencer.run()),
-                 asyncio.ensure_future(self._tick())]
+                 asyncio.ensure_future(self._tick()),
+                 asyncio.ensure_future(self._checkpoints())]
         self._install_signals()
         ports = Ports(self)
         try:
@@ -194,17 +194,20 @@ class Crawler:
         if self.contents is not None:
             self.contents.flush()
         self.state.checkpoint(self.pending())
-        self._last_checkpoint = time.monotonic()
 
     async def _tick(self) -> None:
-        """Once a second: throughput sample, progress line, checkpoint when due."""
+        """Once a second: throughput sample and progress line."""
         while True:
             await asyncio.sleep(1.0)
             self.stats.sample()
             self.progress.update()
-            if time.monotonic() - self._last_checkpoint >= self.cfg.checkpoint_interval:
-                self.checkpoint()
             self.changed()  # belt and braces: the done check is exact, this only re-runs it
+
+    async def _checkpoints(self) -> None:
+        """Every checkpointInterval seconds: save state (bounds re-fetches after a crash)."""
+        while True:
+            await asyncio.sleep(self.cfg.checkpoint_interval)
+            self.checkpoint()
 
     # --- signals and shutdown ---
 

@@ -1,0 +1,146 @@
+"""Nothing accepted is lost: kill -9 at random moments, SIGTERM, restart, finish."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import signal
+import sys
+from collections import Counter
+from pathlib import Path
+
+from conftest import html
+
+from larbinpy.localweb import Page, Site
+
+REPO = Path(__file__).parents[1]
+PAGES_PER_SITE = 40
+DELAY = 0.1
+
+
+def slow_web() -> list[Site]:
+    """Three sites of 40 slowish pages, each page linking to the next two."""
+    sites = []
+    for n, host in enumerate(("k1.test", "k2.test", "k3.test")):
+        pages = {"/": html("/p0.html")}
+        for i in range(PAGES_PER_SITE):
+            nxt = [f"/p{j}.html" for j in (i + 1, i + 2) if j < PAGES_PER_SITE]
+            pages[f"/p{i}.html"] = Page(html(*nxt).body, delay=DELAY)
+        sites.append(Site(host, f"127.0.0.{n + 2}", pages))
+    return sites
+
+
+async def start(tw, conf: Path) -> asyncio.subprocess.Process:
+    """The crawler as a separate process (so it can be killed for real)."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "larbinpy", "-c", str(conf), "-q",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, cwd=tw.tmp,
+    )
+
+
+def write_conf(tw) -> Path:
+    """larbin.conf for the slow web, three connections, checkpoints every 0.2 s."""
+    seeds = "".join(f"startUrl {tw.url(h)}\n" for h in ("k1.test", "k2.test", "k3.test"))
+    conf = tw.tmp / "larbin.conf"
+    conf.write_text(tw.config_text(
+        f"exitAtEnd\ndepthInSite 100\npagesConnexions 3\ncheckpointInterval 0.2\n{seeds}"))
+    return conf
+
+
+def all_pages(tw) -> set[str]:
+    """Every page of the slow web."""
+    return {tw.url(s.host, p) for s in slow_web() for p in s.pages}
+
+
+async def test_kill_9_at_random_moments_loses_nothing(make_web):
+    tw = await make_web(slow_web())
+    conf = write_conf(tw)
+    rng = random.Random(1976)
+    kills = 5
+    for _ in range(kills):
+        proc = await start(tw, conf)
+        await asyncio.sleep(rng.uniform(0.6, 1.2))
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    proc = await start(tw, conf)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    fetched = Counter(tw.pages_fetched())
+    assert set(fetched) == all_pages(tw)
+    # re-fetches: at most what was in flight (3) or fetched since the last checkpoint
+    # (0.2 s at ~30 pages/s = 6, plus one checkpoint tick of slack) per kill
+    refetched = sum(fetched.values()) - len(fetched)
+    assert refetched <= kills * (3 + 6 + 6), fetched
+
+
+async def test_sigterm_stops_cleanly_and_a_restart_finishes(make_web):
+    tw = await make_web(slow_web())
+    conf = write_conf(tw)
+    proc = await start(tw, conf)
+    await asyncio.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    before = len(tw.pages_fetched())
+    assert 0 < before < len(all_pages(tw))
+    proc = await start(tw, conf)
+    await asyncio.wait_for(proc.communicate(), 60)
+    fetched = Counter(tw.pages_fetched())
+    assert set(fetched) == all_pages(tw)
+    assert sum(fetched.values()) - len(fetched) == 0  # clean stop: nothing fetched twice
+
+
+async def test_scratch_forgets_saved_state(make_web):
+    tw = await make_web(slow_web()[:1])
+    conf = write_conf(tw)
+    conf.write_text(conf.read_text().replace("depthInSite 100", "depthInSite 2"))
+    for args in ([], ["--scratch"]):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "larbinpy", "-c", str(conf), "-q", *args, cwd=tw.tmp,
+            stderr=asyncio.subprocess.PIPE)
+        await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0
+    # the second run (--scratch) fetched the seed pages again; without it they'd be dups
+    assert Counter(tw.pages_fetched())[tw.url("k1.test")] == 2
+
+
+async def test_state_made_with_another_hash_size_is_refused(make_web):
+    tw = await make_web(slow_web()[:1])
+    conf = write_conf(tw)
+    conf.write_text(conf.read_text().replace("depthInSite 100", "depthInSite 0"))
+    proc = await start(tw, conf)
+    await asyncio.wait_for(proc.communicate(), 60)
+    conf.write_text(conf.read_text() + "hashSize 2^20\n")
+    proc = await start(tw, conf)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2
+    assert b"hashSize" in err and b"--scratch" in err
+
+
+async def test_a_corrupt_checkpoint_is_refused_not_read_as_empty(make_web):
+    tw = await make_web(slow_web()[:1])
+    conf = write_conf(tw)
+    proc = await start(tw, conf)
+    await asyncio.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    await proc.wait()
+    checkpoint = tw.tmp / "state" / "checkpoint"
+    data = checkpoint.read_bytes()
+    checkpoint.write_bytes(data[: len(data) // 2])  # truncated
+    proc = await start(tw, conf)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2 and b"checkpoint" in err
+
+
+async def test_make_run_demo_crawls_the_demo_web(tmp_path):
+    shutil.copy(REPO / "larbin.conf", tmp_path / "larbin.conf")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "larbinpy.localweb.demo", "--", sys.executable, "-m", "larbinpy",
+        "-c", "larbin.conf", "--scratch", cwd=tmp_path, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    summary = err.decode().strip().splitlines()[-1]
+    assert summary.startswith("larbinpy: done") and "success" in summary
+    index = (tmp_path / "save" / "d00000" / "index").read_text().splitlines()
+    assert len(index) >= 40
