@@ -52,6 +52,7 @@ class Run:
     pages: int  # successful page fetches
     seconds: float  # wall time
     cpu_seconds: float  # user + sys CPU of this process
+    sys_seconds: float  # the sys part of it (system calls: sockets, files)
     peak_rss_mb: float | None = None  # ru_maxrss at the end (None: not meaningful for this run)
 
     @property
@@ -77,10 +78,10 @@ class Run:
 # --- measuring ---
 
 
-def cpu_seconds() -> float:
-    """User + system CPU time of this process so far."""
+def cpu_seconds() -> tuple[float, float]:
+    """(user + system, system) CPU time of this process so far."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
+    return ru.ru_utime + ru.ru_stime, ru.ru_stime
 
 
 def peak_rss_mb() -> float:
@@ -98,11 +99,13 @@ def run_loop(coro: Awaitable[Any]) -> Any:
     return uvloop.run(coro)  # type: ignore[arg-type]
 
 
-def measured(make_coro: Callable[[], Awaitable[int]]) -> tuple[int, float, float]:
-    """Run the coroutine made by `make_coro`; return (its result, wall s, CPU s)."""
-    cpu0, t0 = cpu_seconds(), time.perf_counter()
+def measured(make_coro: Callable[[], Awaitable[int]]) -> tuple[int, float, float, float]:
+    """Run the coroutine made by `make_coro`; return (its result, wall s, CPU s, sys s)."""
+    (cpu0, sys0), t0 = cpu_seconds(), time.perf_counter()
     result = run_loop(make_coro())
-    return result, time.perf_counter() - t0, cpu_seconds() - cpu0
+    wall = time.perf_counter() - t0
+    cpu1, sys1 = cpu_seconds()
+    return result, wall, cpu1 - cpu0, sys1 - sys0
 
 
 # --- the synthetic web, in its own process ---
@@ -199,12 +202,12 @@ def run_crawl(config_text: str, workdir: Path) -> tuple[Run, dict[str, int]]:
         crawlers.append(Crawler(cfg, scratch=True))
         return await crawlers[0].run()
 
-    code, wall, cpu = measured(crawl)
+    code, wall, cpu, sys_cpu = measured(crawl)
     crawler = crawlers[0]
     if code != 0:
         raise RuntimeError(f"crawl exited with code {code}")
     outcomes = {k: v for k, v in crawler.stats.outcomes.items() if v}
-    return Run(outcomes.get("success", 0), wall, cpu, peak_rss_mb()), outcomes
+    return Run(outcomes.get("success", 0), wall, cpu, sys_cpu, peak_rss_mb()), outcomes
 
 
 # --- the floor ---
@@ -241,8 +244,9 @@ def run_floor(args: argparse.Namespace, server: SynthServer) -> Run:
     """The bare fetch loop over the same page URLs as the crawl."""
     urls = list(synth_urls(args.hosts, args.pages, server.http_port))
     resolver = StaticResolver({host_name(h): [host_ip(h)] for h in range(args.hosts)})
-    ok, wall, cpu = measured(lambda: fetch_all(urls, resolver, args.connections, args.per_host))
-    return Run(ok, wall, cpu)
+    ok, wall, cpu, sys_cpu = measured(
+        lambda: fetch_all(urls, resolver, args.connections, args.per_host))
+    return Run(ok, wall, cpu, sys_cpu)
 
 
 # --- report ---
@@ -270,7 +274,8 @@ def report_text(result: dict[str, Any]) -> str:
         rss = f", peak RSS {r['peak_rss_mb']:.0f} MB" if r["peak_rss_mb"] is not None else ""
         lines.append(
             f"  {name:5}: {r['pages']} pages in {r['seconds']:.2f} s = {r['pages_per_s']:.0f} "
-            f"pages/s; CPU {r['cpu_seconds']:.2f} s = {r['cpu_ms_per_page']:.3f} ms/page "
+            f"pages/s; CPU {r['cpu_seconds']:.2f} s (sys {r['sys_seconds']:.2f}) = "
+            f"{r['cpu_ms_per_page']:.3f} ms/page "
             f"({r['cpu_s_per_1000_pages']:.2f} s per 1,000 pages){rss}"
         )
     if result["ratios"]:

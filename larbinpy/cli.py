@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import logging.handlers
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,9 +21,11 @@ log = logging.getLogger("larbinpy")
 
 def setup_logging(verbosity: int, log_file: str | None = None) -> None:
     """Logs to stderr (or logFile): WARNING with -q, INFO by default, DEBUG with -v."""
-    level = {-1: logging.WARNING, 0: logging.INFO}.get(verbosity, logging.DEBUG)
+    level = logging.DEBUG if verbosity > 0 else logging.INFO if verbosity == 0 else logging.WARNING
     handler: logging.Handler = (
-        logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+        # WatchedFileHandler reopens the file when logrotate moved it; SIGHUP forces it too
+        logging.handlers.WatchedFileHandler(log_file) if log_file
+        else logging.StreamHandler(sys.stderr)
     )
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()

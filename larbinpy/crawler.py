@@ -219,6 +219,8 @@ class Crawler:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, reopen_logs)
 
     def request_stop(self) -> None:
         """Stop cleanly (second call: do not wait for fetches in flight)."""
@@ -236,6 +238,18 @@ class Crawler:
         if self.contents is not None:
             self.contents.close()
         self.state.close()
+
+
+def reopen_logs() -> None:
+    """SIGHUP: reopen log files (logrotate moved them)."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.acquire()
+            try:
+                handler.close()  # the next record reopens the file by name
+            finally:
+                handler.release()
+    log.info("log files reopened")
 
 
 def _read_lines(path: str) -> Iterator[str]:

@@ -1,0 +1,806 @@
+"""On-disk queues: the priority FIFOs and the per-site overflow, in bounded memory, kill -9 safe.
+
+In the crawler, the input stage pushes accepted URLs into the `DiskFrontier` (one `SegmentFifo`
+per priority, in `stateDir/frontier/`), the sequencer pops them, and the site queues keep at most
+a few jobs of each site in memory and send the rest to `SiteSpill` (`stateDir/spill/`). Memory
+depends on the number of priorities and sites, never on the number of queued URLs.
+
+Crash contract (shared by both classes):
+- every file holds whole job lines (`priority\\tdepth\\thops\\turl\\n`, as in `state.py`), only
+  ever appended; once `flush()` returns, the bytes are in the kernel, so a `kill -9` keeps them
+  (no fsync on the hot path; `sync()` fsyncs, for the checkpoint and power loss);
+- a read cursor is `(file number, byte offset of the next job)`: the checkpoint saves cursors
+  instead of jobs, and reopening at a saved cursor replays exactly the jobs after it;
+- nothing is deleted while a restart could still rewind to it: consumed files go only in
+  `release(cursor)`, called with the cursor of the last *durable* checkpoint;
+- on open, a torn last line (a write cut by the kill) is truncated away: it was never reported
+  flushed. A malformed line anywhere else is damage and raises `StateError`, naming file and
+  offset, rather than being read as a shorter queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import resource
+import tempfile
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from pathlib import Path
+
+import xxhash
+
+from .records import Job
+from .state import StateError
+
+SEGMENT_BYTES = 4 << 20  # a FIFO segment is closed past this size ...
+SEGMENT_JOBS = 65_536  # ... or this many jobs
+BUFFER_BYTES = 64 << 10  # pushed lines held in memory before one write()
+READ_BYTES = 64 << 10  # read window: bytes read from the head segment at a time
+SCAN_BYTES = 1 << 20  # block size when checking files on open
+BATCH = 1024  # jobs encoded at a time by push (bounds memory for generators)
+UNSYNCED_MAX = 16  # closed segments waiting for sync() before we fsync them anyway
+SPILL_SEGMENT_BYTES = 4 << 20  # a site's spill file is closed past this size
+SPILL_BUFFER_BYTES = 1 << 20  # spilled lines held in memory (all sites) before writing
+SPILL_FDS = 64  # spill files kept open (LRU)
+
+Position = tuple[int, int]
+
+# A line start that is not followed by three integers and a tab: a malformed job line.
+_BAD_LINE = re.compile(rb"(?m)^(?!-?[0-9]+\t-?[0-9]+\t-?[0-9]+\t)")
+_SEGMENT = re.compile(r"(.+)\.([0-9]+)\.seg")
+_SPILL = re.compile(r"([0-9a-f]{32})\.([0-9]+)\.spill")
+
+
+# --- lines and files ---
+
+
+def _encode(jobs: list[Job]) -> str:
+    """Job lines as one string; refuses a URL with a newline, which would split its line."""
+    text = "".join([f"{j.priority}\t{j.depth}\t{j.hops}\t{j.url}\n" for j in jobs])
+    if text.count("\n") != len(jobs):
+        raise ValueError("a job URL contains a newline")
+    return text
+
+
+def _batches(jobs: Iterable[Job]) -> Iterator[tuple[str, int]]:
+    """Encoded batches of at most BATCH jobs, and their sizes (bounded memory for generators)."""
+    if isinstance(jobs, list) and len(jobs) <= BATCH:  # the common case, without copying
+        if jobs:
+            yield _encode(jobs), len(jobs)
+        return
+    it = iter(jobs)
+    while batch := list(islice(it, BATCH)):
+        yield _encode(batch), len(batch)
+
+
+def _parse(line: bytes, path: Path | str, offset: int) -> Job:
+    """One job line (without its newline); StateError names the file and offset if malformed."""
+    parts = line.split(b"\t", 3)
+    try:
+        return Job(parts[3].decode("utf-8", "surrogateescape"), int(parts[1]), int(parts[0]),
+                   int(parts[2]))
+    except (IndexError, ValueError):
+        raise StateError(f"{path}: malformed job line at byte {offset}; use --scratch") from None
+
+
+def _write_all(fd: int, data: bytes, size: int) -> None:
+    """Append all of data; on failure cut the file back to `size` so no torn line stays."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise
+
+
+def _read_lines(fd: int, offset: int, want: int, limit: int | None, path: Path) -> bytes:
+    """Whole lines from offset (at least one, about `want` bytes), up to limit; b"" at the end."""
+    while True:
+        size = want if limit is None else min(want, limit - offset)
+        if size <= 0:
+            return b""
+        data = os.pread(fd, size, offset)
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            return data[:cut]
+        if not data:
+            return b""
+        if len(data) < want:  # the end (of file or limit) inside a line: a torn line
+            raise StateError(f"{path}: truncated job line at byte {offset}; use --scratch")
+        want *= 2  # a line longer than the window
+
+
+def _whole_end(fd: int, size: int) -> int:
+    """Offset just after the last newline of a file (0 if none): where a torn tail starts."""
+    end = size
+    while end > 0:
+        lo = max(0, end - READ_BYTES)
+        i = os.pread(fd, end - lo, lo).rfind(b"\n")
+        if i >= 0:
+            return lo + i + 1
+        end = lo
+    return 0
+
+
+def _scan(path: Path, start: int, last: bool) -> tuple[int, int]:
+    """Check the job lines of path from `start`: (how many, end of the last good line).
+
+    In the last file a torn tail (no final newline, or one unparsable final line) is not an
+    error: the end returned excludes it and the caller truncates. Elsewhere it is StateError.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        if last:
+            size = _whole_end(fd, size)
+        if start > size or (start and os.pread(fd, 1, start - 1) != b"\n"):
+            raise StateError(f"{path}: saved cursor {start} is not a line start; use --scratch")
+        off, count = start, 0
+        while block := _read_lines(fd, off, SCAN_BYTES, size, path):
+            bad = _BAD_LINE.search(block, 0, len(block) - 1)
+            if bad:
+                final = block.find(b"\n", bad.start()) + 1 == len(block)
+                if last and final and off + len(block) == size:
+                    return count + block.count(b"\n", 0, bad.start()), off + bad.start()
+                raise StateError(
+                    f"{path}: malformed job line at byte {off + bad.start()}; use --scratch")
+            count += block.count(b"\n")
+            off += len(block)
+        if off != size:  # only possible outside the last file: it ends inside a line
+            raise StateError(f"{path}: truncated job line at byte {off}; use --scratch")
+        return count, off
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make file creations and renames in `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- one FIFO ---
+
+
+class SegmentFifo:
+    """A persistent FIFO of jobs: append-only segment files NAME.SEQ.seg in one directory."""
+
+    def __init__(self, directory: Path, name: str, position: Position | None = None) -> None:
+        self.dir = Path(directory)
+        self.name = name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._wfd = self._rfd = -1
+        self._open(position)
+
+    # --- opening ---
+
+    def _path(self, seq: int) -> Path:
+        """File of segment `seq`."""
+        return self.dir / f"{self.name}.{seq}.seg"
+
+    def _find(self) -> list[int]:
+        """Numbers of this FIFO's segments on disk, oldest first."""
+        seqs = []
+        for entry in os.scandir(self.dir):
+            m = _SEGMENT.fullmatch(entry.name)
+            if m and m.group(1) == self.name:
+                seqs.append(int(m.group(2)))
+        return sorted(seqs)
+
+    def _open(self, position: Position | None) -> None:
+        """Find the segments, check them from the cursor, truncate a torn tail, count the jobs."""
+        self._segs = self._find()
+        if not self._segs:
+            if position and position[1]:
+                raise StateError(f"{self._path(position[0])}: missing; use --scratch")
+            self._segs = [position[0] if position else 0]
+            os.close(os.open(self._path(self._segs[0]), os.O_WRONLY | os.O_CREAT, 0o644))
+        rseq, roff = position or (self._segs[0], 0)
+        if rseq not in self._segs:
+            raise StateError(f"{self._path(rseq)}: missing (saved cursor); use --scratch")
+        self._count = 0
+        last = self._segs[-1]
+        for seq in self._segs:
+            if seq >= rseq:
+                count, end = _scan(self._path(seq), roff if seq == rseq else 0, seq == last)
+                self._count += count
+        # The torn tail was never reported flushed: dropping it loses nothing accepted.
+        os.truncate(self._path(last), end)
+        self._wseq, self._wsize, self._wjobs = last, end, count
+        self._wfd = os.open(self._path(last), os.O_WRONLY | os.O_APPEND)
+        self._unsynced: list[int] = []  # closed segments not yet fsynced
+        self._dir_dirty = False
+        self._buf: list[str] = []
+        self._buf_chars = self._buf_jobs = 0
+        self._rseq, self._roff = rseq, roff
+        self._rfd = os.open(self._path(rseq), os.O_RDONLY)
+        self._lines: list[bytes] = []
+        self._li = 0
+
+    def restore(self, position: Position) -> None:
+        """Reopen at a saved cursor (unflushed pushes are written first)."""
+        self.close()
+        self._open(position)
+
+    # --- writing ---
+
+    def __len__(self) -> int:
+        return self._count
+
+    def push(self, jobs: Iterable[Job]) -> None:
+        """Append jobs (buffered; written when the buffer is full or on flush())."""
+        for text, n in _batches(jobs):
+            self._buf.append(text)
+            self._buf_chars += len(text)
+            self._buf_jobs += n
+            self._count += n
+            if self._buf_chars >= BUFFER_BYTES:
+                self.flush()
+
+    def flush(self) -> None:
+        """Hand buffered jobs to the kernel with one write: from here a kill -9 keeps them."""
+        if not self._buf:
+            return
+        data = "".join(self._buf).encode("utf-8", "surrogateescape")
+        _write_all(self._wfd, data, self._wsize)  # the buffer is kept if this raises
+        self._buf, self._buf_chars = [], 0
+        self._wsize += len(data)
+        self._wjobs += self._buf_jobs
+        self._buf_jobs = 0
+        if self._wsize >= SEGMENT_BYTES or self._wjobs >= SEGMENT_JOBS:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        """Start the next segment; the full one waits, open, for its fsync in sync()."""
+        # The new file is created only after the old one got its last whole line, so at any
+        # kill the only segment that can end in a torn line is the last one.
+        self._unsynced.append(self._wfd)
+        self._wseq += 1
+        self._wfd = os.open(self._path(self._wseq),
+                            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+        self._wsize = self._wjobs = 0
+        self._segs.append(self._wseq)
+        self._dir_dirty = True
+        if len(self._unsynced) > UNSYNCED_MAX:  # bound open fds if sync() is not called
+            self._sync_closed()
+
+    def _sync_closed(self) -> None:
+        """Fsync and close the full segments written since the last sync."""
+        for fd in self._unsynced:
+            os.fsync(fd)
+            os.close(fd)
+        self._unsynced = []
+
+    def sync(self) -> None:
+        """Flush, then make everything written durable against power loss (checkpoint time)."""
+        self.flush()
+        self._sync_closed()
+        os.fsync(self._wfd)
+        if self._dir_dirty:
+            _fsync_dir(self.dir)
+            self._dir_dirty = False
+
+    # --- reading ---
+
+    def pop(self) -> Job | None:
+        """The oldest job (flushed or still buffered), or None when empty."""
+        i = self._li
+        if i >= len(self._lines):
+            if not self._count or not self._fill():
+                return None
+            i = 0
+        line = self._lines[i]
+        self._li = i + 1
+        offset = self._roff
+        self._roff = offset + len(line) + 1
+        self._count -= 1
+        parts = line.split(b"\t", 3)
+        try:
+            return Job(parts[3].decode("utf-8", "surrogateescape"), int(parts[1]), int(parts[0]),
+                       int(parts[2]))
+        except (IndexError, ValueError):
+            raise StateError(f"{self._path(self._rseq)}: malformed job line at byte {offset}; "
+                             "use --scratch") from None
+
+    def _fill(self) -> bool:
+        """Load the next read window from the head segment; False if nothing is left."""
+        while True:
+            at_writer = self._rseq == self._wseq
+            if at_writer and self._roff >= self._wsize:
+                if not self._buf:
+                    return False
+                self.flush()  # pop sees buffered jobs: write them, then read them back
+                continue
+            limit = self._wsize if at_writer else None  # the writer's file: flushed bytes only
+            data = _read_lines(self._rfd, self._roff, READ_BYTES, limit, self._path(self._rseq))
+            if data:
+                self._lines = data[:-1].split(b"\n")
+                self._li = 0
+                return True
+            if at_writer:
+                return False
+            self._next_segment()
+
+    def _next_segment(self) -> None:
+        """Move the read cursor to the start of the following segment."""
+        os.close(self._rfd)
+        self._rseq = self._segs[self._segs.index(self._rseq) + 1]
+        self._roff = 0
+        self._rfd = os.open(self._path(self._rseq), os.O_RDONLY)
+
+    def position(self) -> Position:
+        """Cursor of the next job to pop: (segment number, byte offset)."""
+        return self._rseq, self._roff
+
+    def jobs(self) -> Iterator[Job]:
+        """Every waiting job in order, read from the files (the cursor does not move)."""
+        self.flush()
+        seq, off = self._rseq, self._roff
+        for s in self._segs:
+            if s < seq:
+                continue
+            path = self._path(s)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                off = off if s == seq else 0
+                while block := _read_lines(fd, off, READ_BYTES, None, path):
+                    for line in block[:-1].split(b"\n"):
+                        yield _parse(line, path, off)
+                        off += len(line) + 1
+            finally:
+                os.close(fd)
+
+    # --- deleting ---
+
+    def release(self, position: Position) -> None:
+        """Delete segments wholly before `position`, the cursor of the last durable checkpoint."""
+        # Never past our own read cursor either: those segments still hold jobs to pop.
+        while len(self._segs) > 1 and self._segs[0] < min(position[0], self._rseq):
+            self._path(self._segs.pop(0)).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Flush and close the files (no fsync: call sync() first for power-loss safety)."""
+        if self._wfd < 0:
+            return
+        self.flush()
+        for fd in [*self._unsynced, self._wfd, self._rfd]:
+            os.close(fd)
+        self._unsynced = []
+        self._wfd = self._rfd = -1
+
+
+# --- the priority FIFOs ---
+
+
+class DiskFrontier:
+    """The `Frontier` on disk: one SegmentFifo per priority, highest first, FIFO within."""
+
+    def __init__(self, directory: Path, positions: dict[int, Position] | None = None) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        positions = positions or {}
+        prios = set(positions)
+        for entry in os.scandir(self.dir):
+            m = _SEGMENT.fullmatch(entry.name)
+            if m and re.fullmatch(r"p-?[0-9]+", m.group(1)):
+                prios.add(int(m.group(1)[1:]))
+        self._fifos = {p: SegmentFifo(self.dir, f"p{p}", positions.get(p)) for p in prios}
+        self._order = sorted(self._fifos, reverse=True)
+        self._size = sum(map(len, self._fifos.values()))
+
+    def __len__(self) -> int:
+        return self._size
+
+    def push(self, jobs: Iterable[Job]) -> None:
+        """Append each job to the FIFO of its priority."""
+        it = iter(jobs)
+        while chunk := list(islice(it, BATCH)):
+            prios = {j.priority for j in chunk}
+            if len(prios) == 1:  # the usual batch: the links of one page, one priority
+                self._push_run(chunk)
+                continue
+            groups: dict[int, list[Job]] = {p: [] for p in prios}
+            for job in chunk:
+                groups[job.priority].append(job)
+            for run in groups.values():
+                self._push_run(run)
+
+    def _push_run(self, run: list[Job]) -> None:
+        """Push jobs that all have the same priority."""
+        prio = run[0].priority
+        fifo = self._fifos.get(prio)
+        if fifo is None:
+            fifo = self._fifos[prio] = SegmentFifo(self.dir, f"p{prio}")
+            self._order = sorted(self._fifos, reverse=True)
+        fifo.push(run)
+        self._size += len(run)
+
+    def pop(self) -> Job | None:
+        """The oldest job of the highest non-empty priority."""
+        if not self._size:
+            return None
+        for prio in self._order:
+            fifo = self._fifos[prio]
+            if len(fifo):
+                self._size -= 1
+                return fifo.pop()
+        return None
+
+    def sizes(self) -> dict[int, int]:
+        """Queued jobs per priority."""
+        return {p: len(self._fifos[p]) for p in self._order}
+
+    def jobs(self) -> Iterator[Job]:
+        """Every waiting job, highest priority first, read from the files."""
+        for prio in self._order:
+            yield from self._fifos[prio].jobs()
+
+    def positions(self) -> dict[int, Position]:
+        """Read cursor of every priority, for the checkpoint."""
+        return {p: f.position() for p, f in self._fifos.items()}
+
+    def release(self, positions: dict[int, Position]) -> None:
+        """Delete segments consumed before the cursors of the last durable checkpoint."""
+        for prio, pos in positions.items():
+            if prio in self._fifos:
+                self._fifos[prio].release(pos)
+
+    def flush(self) -> None:
+        """Hand every buffered job to the kernel."""
+        for fifo in self._fifos.values():
+            fifo.flush()
+
+    def sync(self) -> None:
+        """Flush and fsync every FIFO."""
+        for fifo in self._fifos.values():
+            fifo.sync()
+
+    def close(self) -> None:
+        """Flush and close every FIFO."""
+        for fifo in self._fifos.values():
+            fifo.close()
+
+
+# --- per-site overflow ---
+
+
+class _Spilled:
+    """What SiteSpill remembers of one site: its files, cursors and count (no jobs)."""
+
+    __slots__ = ("count", "gens", "pending", "rgen", "roff", "wsize")
+
+    def __init__(self) -> None:
+        self.gens: list[int] = []  # file numbers on disk, oldest first (last one is written)
+        self.rgen = -1  # file of the read cursor (-1: no file yet)
+        self.roff = 0  # byte offset of the next job in it
+        self.wsize = 0  # flushed bytes of the last file
+        self.count = 0  # jobs waiting, buffered ones included
+        self.pending: list[str] | None = None  # encoded lines not yet written
+
+
+class SiteSpill:
+    """Jobs of sites whose in-memory queue is full, one append-only file per site (and gen).
+
+    Files are `HASH.GEN.spill` (HASH = xxh3-128 of the site key), starting with a `#KEY` line so
+    a restart can name the site. GEN comes from one counter for the whole directory, always above
+    every number in use or in the saved cursors, so a stale cursor never points into a new file.
+    """
+
+    def __init__(self, directory: Path, positions: dict[str, Position] | None = None) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._sites: dict[str, _Spilled] = {}
+        self._fds: OrderedDict[str, int] = OrderedDict()  # file name -> fd, LRU
+        self._dirty: dict[str, _Spilled] = {}  # sites with pending lines
+        self._pending_chars = 0
+        self._total = 0
+        self._unsynced: set[str] = set()  # files written since the last sync
+        self._dir_dirty = False
+        self._open(positions or {})
+
+    # --- files ---
+
+    @staticmethod
+    def _file(key: str, gen: int) -> str:
+        """File name of one generation of a site's spill."""
+        return f"{xxhash.xxh3_128_hexdigest(key.encode('utf-8', 'surrogateescape'))}.{gen}.spill"
+
+    @staticmethod
+    def _header(key: str) -> bytes:
+        """First line of every spill file of a site."""
+        return f"#{key}\n".encode("utf-8", "surrogateescape")
+
+    def _fd(self, name: str) -> int:
+        """An fd for reading and appending to a spill file (from the LRU cache)."""
+        fd = self._fds.pop(name, None)
+        if fd is None:
+            fd = os.open(self.dir / name, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            if len(self._fds) >= SPILL_FDS:
+                os.close(self._fds.popitem(last=False)[1])
+        self._fds[name] = fd
+        return fd
+
+    def _unlink(self, name: str) -> None:
+        """Delete a spill file, closing its cached fd."""
+        fd = self._fds.pop(name, None)
+        if fd is not None:
+            os.close(fd)
+        (self.dir / name).unlink(missing_ok=True)
+
+    # --- opening ---
+
+    def _open(self, positions: dict[str, Position]) -> None:
+        """Rebuild every site's record from the files and the saved cursors."""
+        groups: dict[str, list[int]] = {}
+        for entry in os.scandir(self.dir):
+            m = _SPILL.fullmatch(entry.name)
+            if m:
+                groups.setdefault(m.group(1), []).append(int(m.group(2)))
+        self._next_gen = max([-1, *(g for gens in groups.values() for g in gens),
+                              *(p[0] for p in positions.values())]) + 1
+        for stem, gens in groups.items():
+            gens.sort()
+            key = self._read_key(stem, gens)
+            if key is not None:
+                self._restore_site(key, gens, positions.get(key))
+
+    def _read_key(self, stem: str, gens: list[int]) -> str | None:
+        """The site key in the header of a site's files (None: only a torn first write)."""
+        head = self._head(self.dir / f"{stem}.{gens[0]}.spill")
+        if head is None and len(gens) == 1:  # its first write was cut: nothing was flushed
+            self._unlink(f"{stem}.{gens[0]}.spill")
+            return None
+        if head is None or not head.startswith(b"#"):
+            raise StateError(f"{self.dir / f'{stem}.{gens[0]}.spill'}: bad header; use --scratch")
+        return head[1:-1].decode("utf-8", "surrogateescape")
+
+    @staticmethod
+    def _head(path: Path) -> bytes | None:
+        """The first line of a file, or None if it has no complete first line."""
+        with open(path, "rb") as f:
+            head = f.readline(64 << 10)
+        return head if head.endswith(b"\n") else None
+
+    def _restore_site(self, key: str, gens: list[int], cursor: Position | None) -> None:
+        """Check one site's files from its cursor, truncate a torn tail, count its jobs."""
+        hlen = len(self._header(key))
+        if len(gens) > 1 and self._head(self.dir / self._file(key, gens[-1])) is None:
+            self._unlink(self._file(key, gens.pop()))  # a new file whose first write was cut
+        rgen, roff = cursor or (gens[0], hlen)
+        if rgen not in gens:  # the cursor's file was consumed and deleted (release)
+            later = [g for g in gens if g > rgen]
+            if not later:  # all older than a durable cursor: consumed, nothing to restore
+                for g in gens:
+                    self._unlink(self._file(key, g))
+                return
+            rgen, roff = later[0], hlen
+        site = _Spilled()
+        site.gens, site.rgen, site.roff = gens, rgen, roff
+        for gen in gens:
+            if gen < rgen:
+                continue
+            path = self.dir / self._file(key, gen)
+            if self._head(path) != self._header(key):
+                raise StateError(f"{path}: bad header; use --scratch")
+            count, site.wsize = _scan(path, roff if gen == rgen else hlen, gen == gens[-1])
+            site.count += count
+        os.truncate(self.dir / self._file(key, gens[-1]), site.wsize)  # drop a torn tail
+        self._sites[key] = site
+        self._total += site.count
+
+    # --- writing ---
+
+    def __len__(self) -> int:
+        return self._total
+
+    def count(self, site_key: str) -> int:
+        """Jobs of this site waiting in the spill."""
+        site = self._sites.get(site_key)
+        return site.count if site else 0
+
+    def sites(self) -> Iterator[str]:
+        """Keys of the sites that have spilled jobs waiting."""
+        return (k for k, s in self._sites.items() if s.count)
+
+    def push(self, site_key: str, jobs: list[Job]) -> None:
+        """Append jobs to a site's spill (buffered; written when the buffer is full or on flush)."""
+        if not jobs:
+            return
+        site = self._sites.get(site_key)
+        if site is None:
+            if "\n" in site_key:
+                raise ValueError("site key contains a newline")
+            site = self._sites[site_key] = _Spilled()
+        text = _encode(jobs)
+        if site.pending is None:
+            site.pending = [text]
+            self._dirty[site_key] = site
+        else:
+            site.pending.append(text)
+        site.count += len(jobs)
+        self._total += len(jobs)
+        self._pending_chars += len(text)
+        if self._pending_chars >= SPILL_BUFFER_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every site's buffered lines: one open-append per site (fds cached, LRU)."""
+        for key, site in self._dirty.items():
+            self._flush_site(key, site)
+        self._dirty = {}
+        self._pending_chars = 0
+
+    def _flush_site(self, key: str, site: _Spilled) -> None:
+        """Append a site's buffered lines to its last file, starting a new file when needed."""
+        assert site.pending is not None
+        data = "".join(site.pending).encode("utf-8", "surrogateescape")
+        if not site.gens or site.wsize >= SPILL_SEGMENT_BYTES:
+            # A new file gets its header in the same write as its first lines, so a kill
+            # leaves either no file content, a torn first write (dropped on open), or both.
+            gen = self._next_gen
+            self._next_gen += 1
+            site.gens.append(gen)
+            site.wsize = 0
+            data = self._header(key) + data
+            self._dir_dirty = True
+            if site.rgen < 0:
+                site.rgen, site.roff = gen, len(self._header(key))
+        name = self._file(key, site.gens[-1])
+        _write_all(self._fd(name), data, site.wsize)
+        self._unsynced.add(name)
+        site.wsize += len(data)
+        site.pending = None
+
+    def sync(self) -> None:
+        """Flush, then fsync every spill file written since the last sync (checkpoint time)."""
+        self.flush()
+        for name in self._unsynced:
+            fd = self._fds.get(name)
+            if fd is not None:
+                os.fsync(fd)
+            elif (self.dir / name).exists():  # evicted from the LRU: closing does not fsync
+                fd = os.open(self.dir / name, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        self._unsynced = set()
+        if self._dir_dirty:
+            _fsync_dir(self.dir)
+            self._dir_dirty = False
+
+    # --- reading ---
+
+    def pop_many(self, site_key: str, n: int) -> list[Job]:
+        """Up to n of the site's spilled jobs, oldest first."""
+        site = self._sites.get(site_key)
+        if site is None or n <= 0 or not site.count:
+            return []
+        if site.pending is not None:  # the reader may reach them: write them first
+            self._pending_chars -= sum(map(len, site.pending))
+            self._flush_site(site_key, site)
+            del self._dirty[site_key]
+        out: list[Job] = []
+        while len(out) < n and site.count:
+            name = self._file(site_key, site.rgen)
+            last = site.rgen == site.gens[-1]
+            want = min(READ_BYTES, 256 * (n - len(out)))
+            data = _read_lines(self._fd(name), site.roff, want, site.wsize if last else None,
+                               self.dir / name)
+            if not data:
+                if last:
+                    break
+                site.rgen = site.gens[site.gens.index(site.rgen) + 1]
+                site.roff = len(self._header(site_key))
+                continue
+            for line in data[:-1].split(b"\n")[: n - len(out)]:
+                out.append(_parse(line, self.dir / name, site.roff))
+                site.roff += len(line) + 1
+        site.count -= len(out)
+        self._total -= len(out)
+        return out
+
+    # --- cursors and deletion ---
+
+    def positions(self) -> dict[str, Position]:
+        """Read cursor of every site that has a file, for the checkpoint."""
+        return {k: (s.rgen, s.roff) for k, s in self._sites.items() if s.gens}
+
+    def release(self, positions: dict[str, Position]) -> None:
+        """Delete spill files consumed before the cursors of the last durable checkpoint."""
+        for key, (gen, off) in positions.items():
+            site = self._sites.get(key)
+            if site is None:
+                continue
+            while site.gens and site.gens[0] < min(gen, site.rgen):
+                self._unlink(self._file(key, site.gens.pop(0)))
+            drained = not site.count and site.pending is None
+            if drained and (gen, off) == (site.rgen, site.roff):
+                # Restarting from that checkpoint finds nothing for this site: its files can
+                # go, and a later spill starts a new, higher generation. Newest first, so a
+                # kill in between leaves only files older than the cursor (dropped on open).
+                for g in reversed(site.gens):
+                    self._unlink(self._file(key, g))
+                del self._sites[key]
+
+    def close(self) -> None:
+        """Flush and close every cached fd."""
+        self.flush()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+# --- benchmark ---
+
+
+def _bench_pool(sites: int) -> list[list[Job]]:
+    """64 batches of 1,024 synthetic jobs over `sites` sites and 3 priorities, reused in turn."""
+    return [[Job(f"http://site{i % sites}.example.com/dir/page{i}.html", 5, i // BATCH % 3)
+             for i in range(b * BATCH, (b + 1) * BATCH)] for b in range(64)]
+
+
+def _rate(n: int, seconds: float) -> float:
+    """Jobs per second."""
+    return n / seconds if seconds > 0 else float("inf")
+
+
+def bench_frontier(n: int = 10_000_000, sites: int = 100_000,
+                   directory: Path | None = None) -> dict[str, float]:
+    """Push then pop n jobs through DiskFrontier, then SiteSpill: URLs/s each way, peak RSS.
+
+    Jobs come from a small pool made beforehand, so the rates are the queues' own cost. The
+    spill receives one job at a time, round-robin over the sites (its worst case: one small
+    append per site per buffer flush).
+    """
+    pool = _bench_pool(sites)
+    keys = [[j.url[7:j.url.index("/", 7)] for j in batch] for batch in pool]
+    result: dict[str, float] = {"jobs": n, "sites": sites}
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        frontier = DiskFrontier(Path(tmp) / "frontier")
+        t0 = time.perf_counter()
+        for b, start in enumerate(range(0, n, BATCH)):
+            frontier.push(pool[b % 64][: n - start])
+        frontier.flush()
+        t1 = time.perf_counter()
+        popped = 0
+        while frontier.pop() is not None:
+            popped += 1
+        result["frontier_push_per_s"] = _rate(n, t1 - t0)
+        result["frontier_pop_per_s"] = _rate(popped, time.perf_counter() - t1)
+        frontier.close()
+        assert popped == n, (popped, n)
+        spill = SiteSpill(Path(tmp) / "spill")
+        t0 = time.perf_counter()
+        for b, start in enumerate(range(0, n, BATCH)):
+            for key, job in zip(keys[b % 64][: n - start], pool[b % 64], strict=False):
+                spill.push(key, [job])
+        spill.flush()
+        t1 = time.perf_counter()
+        popped = 0
+        for s in range(sites):
+            while batch := spill.pop_many(f"site{s}.example.com", 100):
+                popped += len(batch)
+        result["spill_push_per_s"] = _rate(n, t1 - t0)
+        result["spill_pop_per_s"] = _rate(popped, time.perf_counter() - t1)
+        spill.close()
+        assert popped == n, (popped, n)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    args = [int(a) for a in sys.argv[1:3]]
+    print(json.dumps({k: round(v, 1) for k, v in bench_frontier(*args).items()}, indent=1))
