@@ -1,4 +1,4 @@
-"""The daemon as an operator runs it: a separate process, log files, a browser on the status page."""
+"""The daemon as an operator runs it: its own process, log files, a browser on the status page."""
 
 from __future__ import annotations
 
