@@ -65,9 +65,10 @@ def test_frames_inside_a_frameset_document(norm: Normalizer) -> None:
 def test_images_only_when_follow_images(norm: Normalizer) -> None:
     html = '<img src="/pic.png"><a href="/page">p</a>'
     assert links_of(html, norm) == ["http://example.com/page"]
+    # links come per kind of element (<a> first, images last), not interleaved
     assert links_of(html, norm, follow_images=True) == [
-        "http://example.com/pic.png",
         "http://example.com/page",
+        "http://example.com/pic.png",
     ]
 
 

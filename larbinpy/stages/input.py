@@ -79,13 +79,18 @@ class Input:
 
     def add_links(self, parent: Job, page_url: str, links: list[str]) -> None:
         """A page's links (absolute, normalized, de-duplicated): queue the new in-scope ones."""
+        if not links:
+            return
+        # The seen-set first: most links of a page were seen before (navigation repeats on
+        # every page), and a hash lookup is cheaper than the scope rules.
+        fresh = self.seen.missing(links)
         cfg, stats, check = self.cfg, self.stats, self.scope.check
+        stats.count("urlDup", len(links) - len(fresh))
         here = site_key(page_url)
         same_depth = parent.depth - 1
         other_depth = cfg.depth_in_site if cfg.depth_by_site else same_depth
-        wanted: list[str] = []
-        depths: list[int] = []
-        for url in links:
+        jobs: list[Job] = []
+        for url in fresh:
             external = site_key(url) != here
             if external and cfg.no_external_links:
                 stats.count("outOfScope")
@@ -98,14 +103,8 @@ class Input:
             if reason:
                 stats.count(reason)
                 continue
-            wanted.append(url)
-            depths.append(depth)
-        if not wanted:
-            return
-        fresh = set(self.seen.missing(wanted))
-        stats.count("urlDup", len(wanted) - len(fresh))
-        prio = parent.priority
-        self._queue([Job(u, d, prio) for u, d in zip(wanted, depths, strict=True) if u in fresh])
+            jobs.append(Job(url, depth, parent.priority))
+        self._queue(jobs)
 
     def add_redirect(self, parent: Job, target: str) -> None:
         """A redirect's target: a new job one hop further, scoped and de-duplicated like a link."""
