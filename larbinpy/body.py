@@ -8,6 +8,8 @@ never producing more than `limit` bytes however small the compressed input. `min
 
 from __future__ import annotations
 
+import codecs
+import re
 import time
 import zlib
 from collections.abc import Callable
@@ -19,6 +21,13 @@ import brotli
 from .stages.bandwidth import BandwidthLimiter
 
 ACCEPT_ENCODING = "gzip, deflate, br"
+UTF8_BOM = b"\xef\xbb\xbf"
+_BOMS = (UTF8_BOM, b"\xff\xfe", b"\xfe\xff")
+_CHARSET_PARAM = re.compile(r";\s*charset\s*=\s*[\"']?([^\"';\s]+)", re.I)
+_META_CHARSET = re.compile(rb"<meta[^>]+charset", re.I)
+# WHATWG Encoding: these labels mean windows-1252, whatever Python's codecs think
+_AS_CP1252 = frozenset({"iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "ascii",
+                        "us-ascii", "iso_8859-1", "cp819", "ibm819", "windows-1252"})
 MIN_RATE_GRACE = 3.0  # seconds before minRate applies: slow starts are normal
 
 
@@ -131,3 +140,45 @@ def _check_rate(nbytes: int, start: float, min_rate: float) -> None:
     elapsed = time.monotonic() - start
     if elapsed > MIN_RATE_GRACE and nbytes / elapsed < min_rate:
         raise BodyError("timeout")
+
+
+def html_for_links(data: bytes, content_type: str) -> bytes:
+    """The body as the link extractor should parse it: charset from the Content-Type header,
+    else the page's own `<meta>`/BOM (the parser reads those), else detected (UTF-8 if it
+    decodes, windows-1252 if not). Transcoded text gets a UTF-8 BOM, which the parser trusts
+    over any `<meta>`. Invalid bytes become U+FFFD; nothing here raises."""
+    if data.isascii():
+        return data  # every ASCII-compatible charset reads it the same way: the common case
+    codec = header_codec(content_type)
+    if codec is None:
+        if data.startswith(_BOMS) or _META_CHARSET.search(data, 0, 1024):
+            return data  # the page says what it is: the parser honours it
+        codec = _detect(data)
+    if codec == "utf-8":
+        return data if data.startswith(UTF8_BOM) else UTF8_BOM + data
+    return UTF8_BOM + data.decode(codec, "replace").encode("utf-8", "replace")
+
+
+def header_codec(content_type: str) -> str | None:
+    """Python codec of a Content-Type's charset parameter (None when absent or unknown)."""
+    m = _CHARSET_PARAM.search(content_type)
+    if m is None:
+        return None
+    label = m.group(1).strip().lower()
+    if label in _AS_CP1252:
+        return "cp1252"
+    try:
+        name = codecs.lookup(label).name
+    except LookupError:
+        return None
+    return "utf-8" if name in ("utf-8", "utf-8-sig") else name
+
+
+def _detect(data: bytes) -> str:
+    """UTF-8 if the bytes decode as UTF-8 (a sequence cut at the end is allowed), else cp1252."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(data) - 3:
+            return "cp1252"
+    return "utf-8"

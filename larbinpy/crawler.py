@@ -40,6 +40,9 @@ from .urls import DEFAULT_STRIP_PARAMS, Normalizer
 
 log = logging.getLogger("larbinpy")
 
+# The normalizer refuses URLs over this length outright; between maxUrlLength and this, the
+# scope refuses them as "trap", so an over-long link is counted rather than silently dropped.
+URL_HARD_LIMIT = 64 * 1024
 CONTENT_BITS = 1 << 28  # noDup's digest bitmap: 32 MiB, ~1% false positives at 10M pages
 SEED_BATCH = 1000
 
@@ -64,7 +67,7 @@ class Crawler:
         strip = frozenset(cfg.strip_params) if cfg.strip_params is not None else None
         self.normalizer = Normalizer(
             strip_params=strip if strip is not None else DEFAULT_STRIP_PARAMS,
-            max_length=cfg.max_url_length,
+            max_length=max(cfg.max_url_length, URL_HARD_LIMIT),
         )
         self.frontier = MemoryFrontier()
         self.sites = Sites(self.stats, cfg.wait_duration)

@@ -11,6 +11,8 @@ import ipaddress
 from collections.abc import Sequence
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+NAT64 = ipaddress.ip_network("64:ff9b::/96")  # the well-known prefix embeds an IPv4 address
 
 
 class NetworkPolicy:
@@ -35,11 +37,29 @@ class NetworkPolicy:
             ip = ipaddress.ip_address(addr.split("%", 1)[0])
         except ValueError:
             return False
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-            ip = ip.ipv4_mapped
+        ip = embedded_ipv4(ip)
         if any(ip in net for net in self.allow):
             return True
         return ip.is_global and not ip.is_multicast
+
+
+def embedded_ipv4(ip: Address) -> Address:
+    """The IPv4 address an IPv6 one carries (mapped, NAT64, 6to4, Teredo), else `ip` itself.
+
+    Judged on the IPv6 form alone, 64:ff9b::7f00:1 or 2002:7f00:1:: would pass as public,
+    yet a NAT64 gateway or 6to4 relay delivers them to 127.0.0.1.
+    """
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return ip
+    if ip.ipv4_mapped:
+        return ip.ipv4_mapped
+    if ip in NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip.sixtofour:
+        return ip.sixtofour
+    if ip.teredo:
+        return ip.teredo[1]
+    return ip
 
 
 class DeniedNetworkError(OSError):

@@ -1,18 +1,30 @@
 """What the crawl may fetch: the input stage's scope rules, one check per normalized URL.
 
 Rules from larbin.conf: `limitToDomain`, `forbiddenExtensions`, `excludePatterns` /
-`includePatterns`, `cgiLevel`, `maxUrlLength`, and a spider-trap heuristic (a path segment
-repeated many times, or absurdly deep paths). Depth and `noExternalLinks` depend on where a
-link was found, so the input stage applies them (`child_depth`).
+`includePatterns`, `cgiLevel`, `maxUrlLength`, and spider-trap heuristics: a path segment
+repeated many times or absurdly deep paths (checked only on deep paths), and endless calendars
+(a date whose year is far in the past or future). Session-id parameters (`stripParams`) are
+removed by the normalizer, so they end as duplicates. Depth and `noExternalLinks` depend on
+where a link was found, so the input stage applies them.
 """
 
 from __future__ import annotations
+
+import re
+import time
 
 from .config import Config
 from .urls import host_of, path_of
 
 MAX_SEGMENT_REPEATS = 3  # /a/b/a/b/a/b/a is a trap; a real path rarely repeats a segment 4 times
 MAX_PATH_SEGMENTS = 40
+CALENDAR_MIN_YEAR = 1900
+CALENDAR_YEARS_AHEAD = 5  # "next month" links past this are a calendar running away
+# a year next to a month (2031/05, 2031-5, 2031.05) or a year= / y= parameter
+_DATE = re.compile(
+    r"(?<![0-9])([0-9]{4})[-/._](?:0?[1-9]|1[0-2])(?![0-9])|[?&;](?:year|yr|y)=([0-9]{4})(?![0-9])",
+    re.I,
+)
 
 
 class Scope:
@@ -25,6 +37,7 @@ class Scope:
         self.exclude = cfg.exclude_patterns
         self.include = cfg.include_patterns
         self.cgi = cfg.cgi_level >= 1
+        self.max_year = time.gmtime().tm_year + CALENDAR_YEARS_AHEAD
 
     def check(self, url: str) -> str | None:
         """Why a normalized URL is out of scope (an outcome kind), or None if it is in."""
@@ -43,7 +56,17 @@ class Scope:
             return "outOfScope"
         if path.count("/") > 4 and is_trap_path(path):
             return "trap"
+        if self._calendar(path):
+            return "trap"
         return None
+
+    def _calendar(self, path: str) -> bool:
+        """Does the URL hold a date whose year no real archive reaches (an endless calendar)?"""
+        for m in _DATE.finditer(path):
+            year = int(m.group(1) or m.group(2))
+            if not CALENDAR_MIN_YEAR <= year <= self.max_year:
+                return True
+        return False
 
     def _domain_ok(self, host: str) -> bool:
         """limitToDomain: `.fr` matches hosts ending in .fr; `a.com` matches a.com and x.a.com."""
@@ -51,7 +74,6 @@ class Scope:
             if host == d.lstrip(".") or host.endswith(d if d.startswith(".") else "." + d):
                 return True
         return False
-
 
 
 def url_extension(url: str) -> str:

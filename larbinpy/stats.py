@@ -12,6 +12,7 @@ OUTCOMES = (
     "success", "noDNS", "noConnection", "forbiddenRobots", "timeout", "badType", "tooBig",
     "err30X", "err40X", "err50X", "earlyStop", "duplicate", "tooDeep", "urlDup", "outOfScope",
     "trap", "tooManyRedirects", "badEncoding", "deniedNetwork", "tlsError", "backedOff",
+    "badHttp",  # malformed status line, headers or chunking (truncated bodies are earlyStop)
 )
 
 

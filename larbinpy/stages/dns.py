@@ -5,6 +5,11 @@ one query per host however many sites or fetches wait for it (the future is regi
 before the first await, as in aiohttp's connector), a per-host cache that honours the TTL
 within a floor and a ceiling, and a negative cache for failures. The same cache answers the
 HTTP client (`CrawlerResolver`), so a fetch never makes a DNS query of its own.
+
+A failure (NXDOMAIN, no address, or a server that never answers) is cached for NEGATIVE_TTL:
+the site's queued URLs are dropped as noDNS, and URLs arriving meanwhile are dropped without a
+query. A query waits at most min(QUERY_TIMEOUT, `timeoutConnect`) per try, QUERY_TRIES tries,
+and a timed-out A query is not followed by an AAAA one, so a dead server costs one bounded wait.
 """
 
 from __future__ import annotations
@@ -63,7 +68,8 @@ class Dns:
     def start(self) -> list[asyncio.Task[None]]:
         """Create the resolver and the `dnsConnexions` workers."""
         self._resolver = aiodns.DNSResolver(
-            nameservers=self.cfg.dns_servers or None, timeout=QUERY_TIMEOUT, tries=QUERY_TRIES
+            nameservers=self.cfg.dns_servers or None,
+            timeout=min(QUERY_TIMEOUT, self.cfg.timeout_connect), tries=QUERY_TRIES,
         )
         return [asyncio.ensure_future(self._worker()) for _ in range(self.cfg.dns_connexions)]
 
@@ -134,7 +140,9 @@ class Dns:
             self.stats.dns_queries += 1
             try:
                 result = await self._resolver.query_dns(host, qtype)
-            except aiodns.error.DNSError:
+            except aiodns.error.DNSError as exc:
+                if exc.args and exc.args[0] == aiodns.error.ARES_ETIMEOUT:
+                    break  # the server does not answer: asking again for AAAA would wait again
                 continue
             records = [r for r in result.answer if r.type == _ADDR_TYPES[qtype]]
             if records:

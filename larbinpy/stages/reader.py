@@ -9,14 +9,16 @@ target goes back to input too, one hop further.
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 import time
 from collections.abc import Callable
 
 import aiohttp
 import xxhash
+from aiohttp.http_exceptions import TransferEncodingError
 
-from ..body import BodyError, read_body
+from ..body import BodyError, html_for_links, read_body
 from ..config import Config
 from ..extract import extract_links
 from ..hashset import SeenSet
@@ -30,6 +32,7 @@ from .input import Input
 from .robots import Robots
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+_SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.\-]*):")
 
 
 class Reader:
@@ -86,7 +89,7 @@ class Reader:
         status = resp.status
         if not 200 <= status < 300:
             if 300 <= status < 400:
-                kind = self._redirect(job, resp.headers.get("Location"))
+                kind = self._redirect(job, status, resp.headers.get("Location"))
             else:
                 kind = "err50X" if status >= 500 else "err40X" if status >= 400 else "badType"
             if self.keep_raw:  # archives want every exchange, not only the successes
@@ -98,8 +101,9 @@ class Reader:
         if self.contents is not None and self._seen_body(page.body):
             return "duplicate"
         if page.content_type in HTML_TYPES:
+            text = html_for_links(page.body, resp.headers.get("Content-Type", ""))
             page.links, dropped = extract_links(
-                page.body, job.url, self.normalizer,
+                text, job.url, self.normalizer,
                 follow_images=self.cfg.follow_images, max_links=self.cfg.max_links_per_page,
             )
             self.stats.links_dropped += dropped
@@ -128,12 +132,23 @@ class Reader:
             reason=resp.reason or "", request_headers=resp.request_info.headers,
         )
 
-    def _redirect(self, job: Job, location: str | None) -> str:
-        """A 3xx: its target goes back to input as a new job, one hop further."""
-        target = self.normalizer.resolve(job.url, location) if location else None
+    def _redirect(self, job: Job, status: int, location: str | None) -> str:
+        """A 3xx: its target goes back to input as a new job, one hop further.
+
+        A target that is not http(s) is refused like such a link (counted outOfScope); a 3xx
+        whose Location is missing or unparsable is a broken response (badHttp).
+        """
+        if not location or not location.strip():
+            return "err30X" if status in (300, 304) else "badHttp"  # these need no Location
+        target = self.normalizer.resolve(job.url, location)
         if target is not None:
             self.input.add_redirect(job, target)
-        return "err30X"
+            return "err30X"
+        scheme = _SCHEME.match(location)
+        if scheme and scheme.group(1).lower() not in ("http", "https"):
+            self.stats.count("outOfScope")
+            return "err30X"
+        return "badHttp"
 
     def _wanted_type(self, ctype: str, url: str) -> bool:
         """HTML always; images with followImages; others per anyType/contentTypes/specificSearch."""
@@ -169,10 +184,15 @@ def failure_kind(exc: BaseException) -> str:
         return "timeout"
     if isinstance(exc, ssl.SSLError):
         return "tlsError"
-    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        # bad chunking is malformed HTTP; a body shorter than announced, or reset, stopped early
+        return "badHttp" if isinstance(exc.__cause__, TransferEncodingError) else "earlyStop"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "earlyStop"
     if isinstance(exc, aiohttp.ClientResponseError):
-        return "earlyStop"  # malformed HTTP from the server
+        # never raised for a status (no raise_for_status): the response did not parse (status
+        # line, a header line over 8 KiB, too many headers, a bad first chunk size)
+        return "badHttp"
     if isinstance(exc, aiohttp.ClientError | OSError | ValueError):
         return "noConnection"
     raise exc

@@ -4,26 +4,81 @@ The opener runs `fetch` as a site's first fetch, so robots.txt requests obey the
 politeness clocks as pages. RFC 9309's status rules: 2xx parse, 4xx allow all, 5xx or a
 network error means full disallow for now: the site's jobs wait and the fetch is retried
 later, up to `maxRetries` times, then they are dropped as forbiddenRobots. At most 500 KiB
-is read; redirects are followed up to 5 hops. Rules are parsed by Protego for the
-configured `UserAgent` and cached for `robotsTtl` seconds.
+is read; redirects are followed by hand up to 5 hops, to other hosts too, each target checked
+against the network policy like any fetch (more hops: "unavailable", allow all). Rules are
+parsed by Protego for the product token of the configured `UserAgent` ("larbinpy" of
+"larbinpy/0.1 (+url)", as Google matches it) and cached for `robotsTtl` seconds.
+
+Before Protego sees the text (`prepare`): a whole or partial UTF-8 BOM is dropped, invalid
+UTF-8 becomes U+FFFD, lines are cut at 16,664 characters and user-agent values at their first
+space (as Google does), and percent-escapes in the rules are put in the crawler's canonical form
+(upper-case hex, unreserved characters decoded), because the URLs they are matched against
+are canonical: `Disallow: /%7Euser` must stop `/~user`. tests/test_google_robots.py holds
+Google's robotstxt test expectations and the few places larbinpy deliberately differs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 
 import aiohttp
 from protego import Protego
+from yarl import URL
 
 from ..body import BodyError, read_body
 from ..config import Config
+from ..netpolicy import NetworkPolicy
 from ..records import Site, SiteState
 from ..sites import Sites
 from ..stats import Stats
+from .dns import ip_literal
 
 MAX_ROBOTS_BYTES = 500 * 1024
 MAX_ROBOTS_REDIRECTS = 5
 RETRY_DELAY = 30.0  # seconds before retrying a robots.txt that failed with 5xx or no answer
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_PRODUCT = re.compile(r"[A-Za-z_-]+")
+_PCT = re.compile(r"%[0-9A-Fa-f]{2}")
+MAX_LINE = 2083 * 8 - 1  # Google keeps this many characters of a line and ignores the rest
+# "User-agent: Foo Bar" is obeyed as "Foo" (Google: the value ends at the first space)
+_UA_SPACE = re.compile(
+    r"(?im)^([ \t]*user-?agent[ \t]*(?::[ \t]*|[ \t]+)[^\s#]+)[ \t]+[^\r\n#]*"
+)
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def product_token(user_agent: str) -> str:
+    """The name robots.txt groups are matched against: the UserAgent's leading [A-Za-z_-]."""
+    m = _PRODUCT.match(user_agent.strip())
+    return m.group() if m else user_agent.strip()
+
+
+def _canon_escape(m: re.Match[str]) -> str:
+    """One %xx in canonical form: decoded if unreserved, else upper-case hex."""
+    char = chr(int(m.group()[1:], 16))
+    return char if char in _UNRESERVED else m.group().upper()
+
+
+def prepare(data: bytes) -> str:
+    """robots.txt bytes as the text Protego should parse (see the module docstring)."""
+    for bom in (b"\xef\xbb\xbf", b"\xef\xbb", b"\xef"):  # Google skips partial BOMs too
+        if data.startswith(bom):
+            data = data[len(bom) :]
+            break
+    text = data.decode("utf-8", errors="replace")
+    if len(text) > MAX_LINE:
+        lines = text.splitlines()
+        if max(map(len, lines)) > MAX_LINE:
+            text = "\n".join(line[:MAX_LINE] for line in lines)
+    text = _UA_SPACE.sub(r"\1", text)
+    return _PCT.sub(_canon_escape, text) if "%" in text else text
+
+
+def parse_rules(data: bytes) -> Protego | None:
+    """Parsed rules of a robots.txt body (None: nothing to obey)."""
+    text = prepare(data)
+    return Protego.parse(text) if text.strip() else None
 
 
 class Robots:
@@ -32,7 +87,9 @@ class Robots:
     def __init__(self, cfg: Config, stats: Stats, sites: Sites) -> None:
         self.cfg, self.stats, self.sites = cfg, stats, sites
         self.session: aiohttp.ClientSession | None = None
-        self.agent = cfg.user_agent
+        self.agent = product_token(cfg.user_agent)
+        # host names are checked by the crawl's resolver; IP literals must be checked here
+        self.policy = NetworkPolicy(cfg.allow_networks)
 
     def needs_fetch(self, site: Site, now: float) -> bool:
         """Must robots.txt be (re)fetched before the next page of this site?"""
@@ -46,33 +103,48 @@ class Robots:
         """Fetch and parse the site's robots.txt, or plan a retry."""
         assert self.session is not None
         self.stats.robots_fetches += 1
-        status, text = await self._get(site.key + "/robots.txt")
+        status, data = await self._get(site.key + "/robots.txt")
         now = asyncio.get_running_loop().time()
         if status is not None and status < 500:
-            self._apply(site, text if 200 <= status < 300 else None, now)
+            self._apply(site, data if 200 <= status < 300 else None, now)
         else:
             self._failed(site, now)
 
-    async def _get(self, url: str) -> tuple[int | None, str]:
-        """(status, text) of robots.txt; status None on a network error."""
-        assert self.session is not None
+    async def _get(self, url: str) -> tuple[int | None, bytes]:
+        """(status, body) of robots.txt after redirects; status None when unreachable."""
         try:
-            async with self.session.get(
-                url, allow_redirects=True, max_redirects=MAX_ROBOTS_REDIRECTS
-            ) as resp:
-                if not 200 <= resp.status < 300:
-                    return resp.status, ""
-                # RFC 9309: parse at least the first 500 KiB; ignore the rest
-                body = await read_body(resp, MAX_ROBOTS_BYTES, truncate=True)
-                return resp.status, body.data.decode("utf-8", errors="replace").lstrip("\ufeff")
-        except aiohttp.TooManyRedirects:
-            return 404, ""  # RFC 9309: too many redirects means "unavailable": allow all
+            for _ in range(MAX_ROBOTS_REDIRECTS + 1):
+                status, data, target = await self._get_one(url)
+                if target is None:
+                    return status, data
+                url = target
         except (TimeoutError, aiohttp.ClientError, OSError, ValueError, BodyError):
-            return None, ""
+            return None, b""
+        return 404, b""  # RFC 9309: too many redirects means "unavailable": allow all
 
-    def _apply(self, site: Site, text: str | None, now: float) -> None:
+    async def _get_one(self, url: str) -> tuple[int | None, bytes, str | None]:
+        """One request: (status, body, redirect target or None)."""
+        assert self.session is not None
+        target = URL(url)
+        literal = ip_literal(target.raw_host or "")
+        if literal is not None and not self.policy.allowed(literal):
+            return None, b"", None  # the network policy refuses it: unreachable
+        async with self.session.get(target, allow_redirects=False) as resp:
+            if resp.status in REDIRECTS:
+                location = resp.headers.get("Location", "")
+                nxt = target.join(URL(location)) if location else None
+                if nxt is None or nxt.scheme not in ("http", "https") or not nxt.raw_host:
+                    return 404, b"", None  # nowhere to go: unavailable
+                return resp.status, b"", str(nxt.with_fragment(None))
+            if not 200 <= resp.status < 300:
+                return resp.status, b"", None
+            # RFC 9309: parse at least the first 500 KiB; ignore the rest
+            body = await read_body(resp, MAX_ROBOTS_BYTES, truncate=True)
+            return resp.status, body.data, None
+
+    def _apply(self, site: Site, data: bytes | None, now: float) -> None:
         """Rules are known: parse them (None = allow all) and open the site."""
-        site.robots = Protego.parse(text) if text else None
+        site.robots = parse_rules(data) if data else None
         site.robots_expires = now + self.cfg.robots_ttl
         site.robots_failures = 0
         site.delay = self.cfg.wait_duration

@@ -1,0 +1,156 @@
+"""robots.txt as RFC 9309 and Google read it, judged by what a real crawl requests.
+
+Status rules (5xx/unreachable: disallow all and retry later; 4xx: allow all), the 500 KiB
+limit, redirects (5 hops, to another host too), syntax oddities (BOM, CRLF, case, comments),
+longest match, wildcards, Crawl-delay and the cache lifetime (`robotsTtl`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from conftest import TestWeb as _Web
+from conftest import html
+
+from larbinpy.localweb import DnsServer, LocalWeb, Page, Site, redirect
+from larbinpy.localweb import hostile as h
+from larbinpy.stages import robots as robots_stage
+
+
+def txt(body: str | bytes) -> Page:
+    """A robots.txt page."""
+    return Page(body, content_type="text/plain")
+
+
+def site_with(robots: Page | None, host: str = "r.test", ip: str = "127.0.0.2") -> Site:
+    """A site whose / links to an allowed and a private page."""
+    pages = {"/": html("/ok.html", "/private/p.html"), "/ok.html": html(),
+             "/private/p.html": html()}
+    if robots is not None:
+        pages["/robots.txt"] = robots
+    return Site(host, ip, pages)
+
+
+class Flaky:
+    """A robots.txt trap that answers 503 `failures` times, then the rules."""
+
+    def __init__(self, failures: int, rules: str = "User-agent: *\nDisallow: /private/\n"):
+        self.failures, self.rules, self.calls = failures, rules, 0
+
+    async def __call__(self, conn: h.Conn, path: str) -> None:
+        """Serve one robots.txt request."""
+        self.calls += 1
+        if self.calls <= self.failures:
+            await h.raw(h.head("503 Busy", Content_Length=0))(conn, path)
+        else:
+            await h.page(self.rules, "text/plain")(conn, path)
+
+
+@pytest.fixture
+async def flaky_web(tmp_path: Path) -> AsyncIterator[tuple[_Web, h.HostileServer, Flaky]]:
+    """A hostile-server site whose robots.txt fails twice before answering."""
+    flaky = Flaky(2)
+    pages = {"/": h.page('<a href="/ok.html">o</a><a href="/private/p.html">p</a>'),
+             "/ok.html": h.page("<html>ok</html>"), "/private/p.html": h.page("<html>p</html>")}
+    server = h.HostileServer([h.HostileSite("flaky.test", "127.0.3.50", h.page(""),
+                                            robots=flaky, paths=pages)])
+    await server.start()
+    dns = DnsServer(server.dns_records)
+    await dns.start()
+    web = LocalWeb([])  # unused: the TestWeb helper only needs its DNS and tmp
+    tw = _Web(web, dns, tmp_path)
+    try:
+        yield tw, server, flaky
+    finally:
+        await server.stop()
+        await dns.stop()
+
+
+async def test_5xx_disallows_everything_until_a_retry_succeeds(flaky_web, monkeypatch):
+    tw, srv, flaky = flaky_web
+    monkeypatch.setattr(robots_stage, "RETRY_DELAY", 0.3)
+    crawler = await tw.crawl(f"startUrl {srv.url('flaky.test', '/')}\nmaxRetries 3")
+    paths = [x.path for x in srv.hits]
+    assert paths[:3] == ["/robots.txt"] * 3  # no page before the rules were known
+    assert "/ok.html" in paths and "/private/p.html" not in paths
+    assert flaky.calls == 3
+    assert crawler.stats.outcomes["forbiddenRobots"] == 1
+
+
+async def test_5xx_for_good_drops_the_site_as_forbidden(flaky_web, monkeypatch):
+    tw, srv, flaky = flaky_web
+    flaky.failures = 100
+    monkeypatch.setattr(robots_stage, "RETRY_DELAY", 0.2)
+    crawler = await tw.crawl(f"startUrl {srv.url('flaky.test', '/')}\nmaxRetries 1")
+    assert {x.path for x in srv.hits} == {"/robots.txt"}
+    assert flaky.calls == 2  # the first try and one retry, then the site's URLs are dropped
+    assert crawler.stats.outcomes["forbiddenRobots"] == 1
+
+
+async def test_4xx_allows_everything(make_web):
+    tw = await make_web([site_with(Page(b"", status=403))])
+    crawler = await tw.crawl(f"startUrl {tw.url('r.test')}")
+    assert "/private/p.html" in {x.path for x in tw.web.hits}
+    assert crawler.stats.outcomes["success"] == 3
+
+
+async def test_only_the_first_500_kib_are_parsed(make_web):
+    padding = "# " + "x" * 1000 + "\n"
+    late = "User-agent: *\n" + padding * 600 + "Disallow: /private/\n"  # after ~600 KB: ignored
+    tw = await make_web([site_with(txt(late))])
+    await tw.crawl(f"startUrl {tw.url('r.test')}")
+    assert "/private/p.html" in {x.path for x in tw.web.hits}
+
+
+async def test_redirects_are_followed_five_hops_to_another_host(make_web):
+    rules = txt("User-agent: *\nDisallow: /private/\n")
+    other = Site("rules.test", "127.0.0.3", {"/real.txt": rules})
+    near = site_with(None, "near.test", "127.0.0.2")
+    far = site_with(None, "far.test", "127.0.0.4")
+    tw = await make_web([near, far, other])
+    real = tw.url("rules.test", "/real.txt")
+    near.pages["/robots.txt"] = redirect("/r1")
+    near.pages.update({f"/r{i}": redirect(f"/r{i + 1}") for i in range(1, 4)})
+    near.pages["/r4"] = redirect(real)  # hop 5 lands on another host
+    far.pages["/robots.txt"] = redirect("/f1")
+    far.pages.update({f"/f{i}": redirect(f"/f{i + 1}") for i in range(1, 5)})
+    far.pages["/f5"] = redirect(real)  # hop 6: too many, robots.txt is "unavailable"
+    near.pages["/"] = html("/ok.html", "/private/p.html", tw.url("far.test", "/"))
+    await tw.crawl(f"startUrl {tw.url('near.test')}")
+    assert "/private/p.html" not in {x.path for x in tw.web.hits_for("near.test")}
+    assert "/private/p.html" in {x.path for x in tw.web.hits_for("far.test")}
+    assert len(tw.web.hits_for("rules.test")) == 1
+
+
+async def test_syntax_oddities_longest_match_wildcards_and_crawl_delay(make_web):
+    robots = (b"\xef\xbb\xbfuSeR-AgEnT: LARBINPY # our group\r\n"
+              b"disallow: /private/\r\nALLOW: /private/open\r\n"
+              b"Disallow: /*.pdf$\r\nDisallow: /q?*session\r\nCrawl-delay: 0.4\r\n"
+              b"\r\nUser-agent: *\r\nDisallow: /\r\n")
+    pages = {"/": html("/ok.html", "/private/p.html", "/private/open.html", "/a.pdf",
+                       "/a.pdf.html", "/q?x=1&session=2", "/q?x=1"),
+             "/robots.txt": txt(robots)}
+    for p in ("/ok.html", "/private/p.html", "/private/open.html", "/a.pdf", "/a.pdf.html",
+              "/q?x=1&session=2", "/q?x=1"):
+        pages[p] = html()
+    tw = await make_web([Site("odd.test", "127.0.0.2", pages)])
+    crawler = await tw.crawl(f"startUrl {tw.url('odd.test')}\nanyType")
+    hits = sorted(tw.web.hits, key=lambda x: x.start)
+    paths = {x.path for x in hits}
+    assert paths == {"/robots.txt", "/", "/ok.html", "/private/open.html", "/a.pdf.html", "/q?x=1"}
+    assert crawler.stats.outcomes["forbiddenRobots"] == 3
+    gaps = [b.start - a.end for a, b in zip(hits[1:], hits[2:], strict=False)]
+    assert min(gaps) >= 0.4 - 0.02  # Crawl-delay beats waitDuration 0
+
+
+async def test_robots_txt_is_cached_for_robots_ttl(make_web):
+    pages = {"/": html(*[f"/p{i}.html" for i in range(6)]), "/robots.txt": txt("")}
+    pages.update({f"/p{i}.html": Page("<html>x</html>", delay=0.25) for i in range(6)})
+    tw = await make_web([Site("ttl.test", "127.0.0.2", pages)])
+    await tw.crawl(f"startUrl {tw.url('ttl.test')}\nrobotsTtl 0.5")
+    assert 2 <= sum(x.path == "/robots.txt" for x in tw.web.hits) <= 5
+    tw.web.reset()
+    await tw.crawl(f"startUrl {tw.url('ttl.test')}")  # the default: a day
+    assert sum(x.path == "/robots.txt" for x in tw.web.hits) == 1
