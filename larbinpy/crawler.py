@@ -19,7 +19,7 @@ from pathlib import Path
 from . import __version__
 from .client import make_session
 from .config import Config
-from .frontier import MemoryFrontier
+from .diskqueue import DiskFrontier, SiteSpill
 from .hashset import BitmapSeenSet
 from .netpolicy import NetworkPolicy
 from .outputs import Outputs
@@ -69,10 +69,11 @@ class Crawler:
             strip_params=strip if strip is not None else DEFAULT_STRIP_PARAMS,
             max_length=max(cfg.max_url_length, URL_HARD_LIMIT),
         )
-        self.frontier = MemoryFrontier()
-        self.sites = Sites(self.stats, cfg.wait_duration)
-        self.input = Input(cfg, self.normalizer, self.seen, self.frontier, self.stats,
-                           journal=self.state.journal)
+        self.saved = self.state.load()
+        self.frontier = DiskFrontier(self.state.frontier_dir, self.saved.frontier)
+        self.spill = SiteSpill(self.state.spill_dir, self.saved.spill)
+        self.sites = Sites(self.stats, cfg.wait_duration, self.spill)
+        self.input = Input(cfg, self.normalizer, self.seen, self.frontier, self.stats)
         self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call)
         self.robots = Robots(cfg, self.stats, self.sites)
         self.outputs = Outputs(cfg, self.stats)
@@ -117,11 +118,7 @@ class Crawler:
 
     async def run(self) -> int:
         """Crawl until done (exitAtEnd) or stopped by a signal; return the exit code."""
-        restored = self.state.load()
-        if restored:
-            log.info("resuming: %d URLs to fetch from %s", len(restored), self.cfg.state_dir)
-            self.input.restore(restored)
-        self.state.open_journal()
+        self._resume()
         session = make_session(self.cfg, self.dns)
         self.robots.session = self.reader.session = session
         tasks = [*self.dns.start(), *self.opener.start(),
@@ -141,6 +138,16 @@ class Crawler:
             self._close()
         self.progress.summary()
         return 0
+
+    def _resume(self) -> None:
+        """Put back what the last checkpoint held in memory, and restart spilled sites."""
+        waiting = len(self.frontier) + len(self.spill) + len(self.saved.jobs)
+        if waiting:
+            log.info("resuming: %d URLs to fetch from %s", waiting, self.cfg.state_dir)
+        self.input.restore(self.saved.jobs)
+        for key in list(self.spill.sites()):
+            self.sites.adopt(key)
+        self.saved.jobs = []
 
     async def _load_seeds(self) -> None:
         """startUrl lines, then seedFile, through the input stage."""
@@ -184,19 +191,26 @@ class Crawler:
         await asyncio.gather(*tasks, return_exceptions=True)
         self.checkpoint()
 
-    def pending(self) -> Iterator[Job]:
-        """Every job not fetched yet: FIFOs, site queues, fetches in flight."""
-        yield from self.frontier.jobs()
+    def in_memory(self) -> Iterator[Job]:
+        """Jobs that only memory holds: site windows and fetches in flight."""
         yield from self.sites.jobs()
         yield from self.opener.active.values()
 
     def checkpoint(self) -> None:
-        """Make outputs and state durable, then save the pending jobs."""
+        """Make outputs and queues durable, save cursors and in-memory jobs, then release."""
+        # Order matters: everything is synced before the cursors are taken, and files before
+        # the cursors are released only once the checkpoint naming them is on disk.
         self.outputs.flush()
         self.seen.flush()
         if self.contents is not None:
             self.contents.flush()
-        self.state.checkpoint(self.pending())
+        for queue in (self.frontier, self.spill):
+            queue.flush()
+            queue.sync()
+        frontier, spill = self.frontier.positions(), self.spill.positions()
+        self.state.write_checkpoint(frontier, spill, self.in_memory())
+        self.frontier.release(frontier)
+        self.spill.release(spill)
 
     async def _tick(self) -> None:
         """Once a second: throughput sample and progress line."""
@@ -204,6 +218,7 @@ class Crawler:
             await asyncio.sleep(1.0)
             self.stats.sample()
             self.progress.update()
+            self.sites.evict(asyncio.get_running_loop().time())
             self.changed()  # belt and braces: the done check is exact, this only re-runs it
 
     async def _checkpoints(self) -> None:
@@ -240,7 +255,8 @@ class Crawler:
         self.seen.close()
         if self.contents is not None:
             self.contents.close()
-        self.state.close()
+        self.frontier.close()
+        self.spill.close()
 
 
 def reopen_logs() -> None:

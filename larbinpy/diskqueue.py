@@ -66,15 +66,15 @@ def _encode(jobs: list[Job]) -> str:
     return text
 
 
-def _batches(jobs: Iterable[Job]) -> Iterator[tuple[str, int]]:
-    """Encoded batches of at most BATCH jobs, and their sizes (bounded memory for generators)."""
+def _chunks(jobs: Iterable[Job]) -> Iterator[list[Job]]:
+    """Lists of at most BATCH jobs (bounded memory when given a generator)."""
     if isinstance(jobs, list) and len(jobs) <= BATCH:  # the common case, without copying
         if jobs:
-            yield _encode(jobs), len(jobs)
+            yield jobs
         return
     it = iter(jobs)
     while batch := list(islice(it, BATCH)):
-        yield _encode(batch), len(batch)
+        yield batch
 
 
 def _parse(line: bytes, path: Path | str, offset: int) -> Job:
@@ -204,6 +204,7 @@ class SegmentFifo:
                 raise StateError(f"{self._path(position[0])}: missing; use --scratch")
             self._segs = [position[0] if position else 0]
             os.close(os.open(self._path(self._segs[0]), os.O_WRONLY | os.O_CREAT, 0o644))
+        self._dir_dirty = True  # the first sync also makes the directory entries durable
         rseq, roff = position or (self._segs[0], 0)
         if rseq not in self._segs:
             raise StateError(f"{self._path(rseq)}: missing (saved cursor); use --scratch")
@@ -218,7 +219,6 @@ class SegmentFifo:
         self._wseq, self._wsize, self._wjobs = last, end, count
         self._wfd = os.open(self._path(last), os.O_WRONLY | os.O_APPEND)
         self._unsynced: list[int] = []  # closed segments not yet fsynced
-        self._dir_dirty = False
         self._buf: list[str] = []
         self._buf_chars = self._buf_jobs = 0
         self._rseq, self._roff = rseq, roff
@@ -238,13 +238,18 @@ class SegmentFifo:
 
     def push(self, jobs: Iterable[Job]) -> None:
         """Append jobs (buffered; written when the buffer is full or on flush())."""
-        for text, n in _batches(jobs):
-            self._buf.append(text)
-            self._buf_chars += len(text)
-            self._buf_jobs += n
-            self._count += n
-            if self._buf_chars >= BUFFER_BYTES:
-                self.flush()
+        for batch in _chunks(jobs):
+            while batch:
+                # Cut the batch where the segment is full, so segments rotate on time.
+                room = max(1, SEGMENT_JOBS - self._wjobs - self._buf_jobs)
+                part, batch = (batch, []) if len(batch) <= room else (batch[:room], batch[room:])
+                text = _encode(part)
+                self._buf.append(text)
+                self._buf_chars += len(text)
+                self._buf_jobs += len(part)
+                self._count += len(part)
+                if self._buf_chars >= BUFFER_BYTES or len(part) == room:
+                    self.flush()
 
     def flush(self) -> None:
         """Hand buffered jobs to the kernel with one write: from here a kill -9 keeps them."""
@@ -498,6 +503,7 @@ class SiteSpill:
     def __init__(self, directory: Path, positions: dict[str, Position] | None = None) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._root = f"{self.dir}{os.sep}"
         self._sites: dict[str, _Spilled] = {}
         self._fds: OrderedDict[str, int] = OrderedDict()  # file name -> fd, LRU
         self._dirty: dict[str, _Spilled] = {}  # sites with pending lines
@@ -522,8 +528,8 @@ class SiteSpill:
     def _fd(self, name: str) -> int:
         """An fd for reading and appending to a spill file (from the LRU cache)."""
         fd = self._fds.pop(name, None)
-        if fd is None:
-            fd = os.open(self.dir / name, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        if fd is None:  # (a str path: pathlib would cost more than the open itself)
+            fd = os.open(self._root + name, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             if len(self._fds) >= SPILL_FDS:
                 os.close(self._fds.popitem(last=False)[1])
         self._fds[name] = fd
@@ -559,9 +565,10 @@ class SiteSpill:
         if head is None and len(gens) == 1:  # its first write was cut: nothing was flushed
             self._unlink(f"{stem}.{gens[0]}.spill")
             return None
-        if head is None or not head.startswith(b"#"):
+        key = head[1:-1].decode("utf-8", "surrogateescape") if head else ""
+        if not head or head[:1] != b"#" or not self._file(key, 0).startswith(stem):
             raise StateError(f"{self.dir / f'{stem}.{gens[0]}.spill'}: bad header; use --scratch")
-        return head[1:-1].decode("utf-8", "surrogateescape")
+        return key
 
     @staticmethod
     def _head(path: Path) -> bytes | None:
@@ -690,12 +697,12 @@ class SiteSpill:
             self._flush_site(site_key, site)
             del self._dirty[site_key]
         out: list[Job] = []
-        while len(out) < n and site.count:
+        n = min(n, site.count)
+        while len(out) < n:
             name = self._file(site_key, site.rgen)
-            last = site.rgen == site.gens[-1]
+            path, last = self.dir / name, site.rgen == site.gens[-1]
             want = min(READ_BYTES, 256 * (n - len(out)))
-            data = _read_lines(self._fd(name), site.roff, want, site.wsize if last else None,
-                               self.dir / name)
+            data = _read_lines(self._fd(name), site.roff, want, site.wsize if last else None, path)
             if not data:
                 if last:
                     break
@@ -703,7 +710,7 @@ class SiteSpill:
                 site.roff = len(self._header(site_key))
                 continue
             for line in data[:-1].split(b"\n")[: n - len(out)]:
-                out.append(_parse(line, self.dir / name, site.roff))
+                out.append(_parse(line, path, site.roff))
                 site.roff += len(line) + 1
         site.count -= len(out)
         self._total -= len(out)

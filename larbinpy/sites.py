@@ -1,28 +1,42 @@
 """The table of sites and IP slots that the sequencer, DNS and opener stages share.
 
-It only holds records and the counters that "is the crawl done?" reads; each stage decides
-what happens to a site. Jobs enter a site's queue here (`enqueue`) and leave it here
-(`take`, `drop`), so `queued` is always exact.
+It holds the records, each site's queue and the counters that "is the crawl done?" reads;
+each stage decides what happens to a site. Jobs enter a site's queue here (`enqueue`) and
+leave it here (`take`, `drop`), so `queued` is always exact.
+
+Memory is bounded whatever the crawl's size: a site keeps at most `SITE_WINDOW` jobs in
+memory, all sites together at most `MEMORY_JOBS`; the rest of a site's queue waits on disk
+(`diskqueue.SiteSpill`) and is read back as the window drains. Sites with nothing to do are
+forgotten beyond `MAX_IDLE_SITES` (oldest first; a later URL of theirs starts them afresh).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from .diskqueue import SiteSpill
 from .records import IpSlot, Job, Site, SiteState
 from .stats import Stats
 from .urls import host_of, site_key
+
+SITE_WINDOW = 128  # jobs of one site kept in memory
+MEMORY_JOBS = 200_000  # jobs of all sites kept in memory
+MAX_IDLE_SITES = 100_000  # idle site records kept (robots rules, politeness clocks)
+DROP_BATCH = 10_000  # spilled jobs read back at a time when a site's queue is dropped
 
 
 class Sites:
     """Every site and IP slot of the crawl."""
 
-    def __init__(self, stats: Stats, default_delay: float) -> None:
+    def __init__(self, stats: Stats, default_delay: float, spill: SiteSpill) -> None:
         self.stats = stats
         self.default_delay = default_delay  # waitDuration; robots.txt may raise it per site
+        self.spill = spill
         self.by_key: dict[str, Site] = {}
         self.ips: dict[str, IpSlot] = {}
-        self.queued = 0  # jobs in all site queues
+        self.queued = 0  # jobs in all site queues, in memory and spilled
+        self.in_memory = 0  # jobs in the in-memory windows
+        self.idle: dict[str, None] = {}  # sites with nothing to do, oldest first
         self.on_new_site: Callable[[Site], None] = lambda site: None
         self.on_job: Callable[[Site], None] = lambda site: None
 
@@ -31,34 +45,91 @@ class Sites:
         key = site_key(job.url)
         site = self.by_key.get(key)
         if site is None:
-            site = self.by_key[key] = Site(key, host_of(job.url), delay=self.default_delay)
-            site.queue.append(job)
-            self.queued += 1
+            site = self._create(key)
+            self._store(site, job)
             self.on_new_site(site)
             return
         if site.state is SiteState.DEAD:
             if now < site.dead_until:
                 self.stats.count(site.dead_reason)
                 return
-            site.queue.append(job)
-            self.queued += 1
+            self._store(site, job)
             self.on_new_site(site)  # negative cache expired: try DNS again
             return
-        site.queue.append(job)
-        self.queued += 1
+        self.idle.pop(key, None)
+        self._store(site, job)
         self.on_job(site)
 
+    def adopt(self, key: str) -> None:
+        """A site whose jobs wait in its spill file after a restart: start it again."""
+        if key not in self.by_key:
+            site = self._create(key)
+            self.queued += self.spill.count(key)
+            self.on_new_site(site)
+
+    def _create(self, key: str) -> Site:
+        """A new site record."""
+        site = self.by_key[key] = Site(key, host_of(key + "/"), delay=self.default_delay)
+        return site
+
+    def _store(self, site: Site, job: Job) -> None:
+        """In the site's memory window if there is room and nothing older is spilled."""
+        if (len(site.queue) < SITE_WINDOW and self.in_memory < MEMORY_JOBS
+                and not self.spill.count(site.key)):
+            site.queue.append(job)
+            self.in_memory += 1
+        else:
+            self.spill.push(site.key, [job])
+        self.queued += 1
+
+    def has_work(self, site: Site) -> bool:
+        """Does the site have jobs waiting (in memory or spilled)?"""
+        return bool(site.queue) or bool(self.spill.count(site.key))
+
     def take(self, site: Site) -> Job:
-        """The next job of a site's queue."""
+        """The next job of a site's queue (refilling the window from disk as it drains)."""
+        if len(site.queue) < SITE_WINDOW // 2:
+            self._refill(site)
         self.queued -= 1
+        self.in_memory -= 1
         return site.queue.popleft()
+
+    def _refill(self, site: Site) -> None:
+        """Move spilled jobs back into the site's window."""
+        jobs = self.spill.pop_many(site.key, SITE_WINDOW - len(site.queue))
+        site.queue.extend(jobs)
+        self.in_memory += len(jobs)
 
     def drop(self, site: Site, kind: str) -> None:
         """Drop every queued job of a site, counted under `kind`."""
         n = len(site.queue)
         site.queue.clear()
+        self.in_memory -= n
+        while batch := self.spill.pop_many(site.key, DROP_BATCH):
+            n += len(batch)
         self.queued -= n
         self.stats.count(kind, n)
+
+    def rest(self, site: Site) -> None:
+        """A site has nothing to do right now: it may be forgotten later."""
+        if not site.in_flight and not self.has_work(site):
+            self.idle.pop(site.key, None)
+            self.idle[site.key] = None
+
+    def evict(self, now: float) -> int:
+        """Forget the oldest idle sites beyond MAX_IDLE_SITES; how many were forgotten."""
+        forgotten = 0
+        while len(self.idle) > MAX_IDLE_SITES:
+            key = next(iter(self.idle))
+            del self.idle[key]
+            site = self.by_key.get(key)
+            if site is None or site.in_flight or self.has_work(site) or site.timer:
+                continue
+            if site.ready_at > now or (site.ip is not None and site.ip.ready_at > now):
+                continue  # its politeness clock still matters
+            del self.by_key[key]
+            forgotten += 1
+        return forgotten
 
     def ip_slot(self, addr: str) -> IpSlot:
         """The politeness slot of an IP address."""
@@ -68,7 +139,7 @@ class Sites:
         return slot
 
     def jobs(self) -> Iterator[Job]:
-        """Every queued job of every site, for a checkpoint."""
+        """The jobs in the in-memory windows, for a checkpoint (spill files have cursors)."""
         for site in self.by_key.values():
             yield from site.queue
 

@@ -117,6 +117,7 @@ class Dns:
             site.dead_reason = "deniedNetwork" if ips else "noDNS"
             site.dead_until = self.cache.get(site.host, (now + NEGATIVE_TTL, []))[0]
             self.sites.drop(site, site.dead_reason)
+            self.sites.rest(site)
         else:
             site.ip = self.sites.ip_slot(allowed[0])
             site.state = SiteState.ROBOTS if self.cfg.robots else SiteState.READY

@@ -45,7 +45,6 @@ class Input:
         seen: SeenSet,
         frontier: Frontier,
         stats: Stats,
-        journal: Callable[[list[Job]], None],
     ) -> None:
         self.cfg = cfg
         self.normalizer = normalizer
@@ -53,7 +52,6 @@ class Input:
         self.seen = seen
         self.frontier = frontier
         self.stats = stats
-        self.journal = journal
         self.on_queued: Callable[[], None] = lambda: None
 
     def submit(
@@ -123,16 +121,17 @@ class Input:
     def restore(self, jobs: list[Job]) -> None:
         """Jobs saved by a checkpoint: back on the FIFOs, already in the seen-set."""
         self.frontier.push(jobs)
+        self.frontier.flush()
         self.on_queued()
 
     def _queue(self, jobs: list[Job]) -> None:
-        """Journal, mark seen, enqueue, in that order (see why below)."""
+        """Enqueue durably, then mark seen, in that order (see why below)."""
         if not jobs:
             return
-        # Journal before marking seen: after a crash a URL may be in the journal and not in
+        # On the FIFO files before marking seen: after a crash a URL may be queued and not in
         # the bitmap (fetched twice at worst), never in the bitmap and nowhere else (lost).
-        self.journal(jobs)
-        self.seen.add(j.url for j in jobs)
         self.frontier.push(jobs)
+        self.frontier.flush()
+        self.seen.add(j.url for j in jobs)
         self.stats.urls_seen += len(jobs)
         self.on_queued()

@@ -62,7 +62,7 @@ class Opener:
     def _verdict(self, site: Site, now: float) -> str | float | None:
         """"go", "ip" (its IP is busy), a time to wait for, or None (nothing to do now)."""
         robots_first = self.robots.needs_fetch(site, now)
-        if not (robots_first or site.queue):
+        if not (robots_first or self.sites.has_work(site)):
             return None
         if site.in_flight >= (1 if robots_first else self.per_host):
             return None  # the end of the running fetch considers the site again
@@ -136,6 +136,7 @@ class Opener:
         site.ready_at = max(site.ready_at, now + site.delay)
         ip.ready_at = max(ip.ready_at, now + self.ip_gap)
         self.consider(site)
+        self.sites.rest(site)
         while ip.waiting and ip.in_flight < self.per_host:
             other = ip.waiting.popleft()
             other.waiting_ip = False

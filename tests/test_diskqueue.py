@@ -1,0 +1,495 @@
+"""The on-disk queues: order, exact counts, cursors, crash recovery, bounded memory."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from larbinpy import diskqueue
+from larbinpy.diskqueue import DiskFrontier, SegmentFifo, SiteSpill, bench_frontier
+from larbinpy.records import Job
+from larbinpy.state import StateError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def make(n: int, start: int = 0, priority: int = 0, host: str = "h") -> list[Job]:
+    """n distinct jobs, numbered from start."""
+    return [Job(f"http://{host}.test/p{i}", i % 7, priority, i % 2)
+            for i in range(start, start + n)]
+
+
+def drain(queue: SegmentFifo | DiskFrontier) -> list[Job]:
+    """Pop until empty."""
+    out = []
+    while (job := queue.pop()) is not None:
+        out.append(job)
+    return out
+
+
+def segments(directory: Path, name: str = "q") -> list[Path]:
+    """Segment files of one FIFO, oldest first."""
+    return sorted(directory.glob(f"{name}.*.seg"), key=lambda p: int(p.name.split(".")[1]))
+
+
+@pytest.fixture
+def small(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiny segments and buffers, so a few hundred jobs cross many files and windows."""
+    monkeypatch.setattr(diskqueue, "SEGMENT_JOBS", 100)
+    monkeypatch.setattr(diskqueue, "BUFFER_BYTES", 1000)
+    monkeypatch.setattr(diskqueue, "READ_BYTES", 512)
+    monkeypatch.setattr(diskqueue, "SCAN_BYTES", 700)
+    monkeypatch.setattr(diskqueue, "SPILL_SEGMENT_BYTES", 2000)
+
+
+# --- SegmentFifo: order and counts ---
+
+
+@pytest.mark.usefixtures("small")
+def test_fifo_keeps_order_and_exact_len_across_many_segment_rotations(tmp_path: Path) -> None:
+    fifo = SegmentFifo(tmp_path, "q")
+    rng = random.Random(1)
+    expected: list[Job] = []
+    got: list[Job] = []
+    pushed = 0
+    while pushed < 5000:
+        k = rng.randint(1, 300)
+        batch = make(k, pushed)
+        fifo.push(batch)
+        expected.extend(batch)
+        pushed += k
+        if rng.random() < 0.3:
+            fifo.flush()
+        for _ in range(rng.randint(0, 250)):
+            job = fifo.pop()
+            if job is None:
+                break
+            got.append(job)
+        assert len(fifo) == len(expected) - len(got)
+    got.extend(drain(fifo))
+    assert got == expected
+    assert len(fifo) == 0 and fifo.pop() is None
+    assert len(segments(tmp_path)) >= 20  # rotated many times; nothing deleted without release
+
+
+def test_pop_sees_pushed_jobs_that_are_not_flushed_yet(tmp_path: Path) -> None:
+    fifo = SegmentFifo(tmp_path, "q")
+    fifo.push(make(3))
+    assert fifo.pop() == make(3)[0]
+    fifo.push(make(2, 3))
+    assert drain(fifo) == make(5)[1:]
+
+
+def test_a_generator_of_many_jobs_is_pushed_whole_and_in_order(tmp_path: Path) -> None:
+    fifo = SegmentFifo(tmp_path, "q")
+    fifo.push(job for job in make(5000))
+    assert len(fifo) == 5000
+    assert drain(fifo) == make(5000)
+
+
+def test_urls_with_tabs_and_non_ascii_survive_the_round_trip(tmp_path: Path) -> None:
+    jobs = [Job("http://h.test/a\tb", 1, 2, 3), Job("http://h.test/é\udcff", -1, 0, 0)]
+    fifo = SegmentFifo(tmp_path, "q")
+    fifo.push(jobs)
+    fifo.flush()
+    assert list(SegmentFifo(tmp_path, "q").jobs()) == jobs
+    assert drain(fifo) == jobs
+
+
+def test_a_url_with_a_newline_is_refused(tmp_path: Path) -> None:
+    fifo = SegmentFifo(tmp_path, "q")
+    with pytest.raises(ValueError):
+        fifo.push([Job("http://h.test/a\nb", 1)])
+    assert len(fifo) == 0
+
+
+# --- cursors and deletion ---
+
+
+@pytest.mark.usefixtures("small")
+def test_reopen_at_a_saved_cursor_yields_exactly_the_jobs_after_it(tmp_path: Path) -> None:
+    fifo = SegmentFifo(tmp_path, "q")
+    fifo.push(make(1000))
+    popped = [fifo.pop() for _ in range(347)]
+    assert popped == make(347)
+    cursor = fifo.position()
+    fifo.push(make(10, 1000))
+    fifo.flush()
+    again = SegmentFifo(tmp_path, "q", cursor)
+    assert len(again) == 663
+    assert drain(again) == make(663, 347)
+    fifo.restore(cursor)
+    assert len(fifo) == 663 and fifo.pop() == make(1, 347)[0]
+
+
+@pytest.mark.usefixtures("small")
+def test_consumed_segments_are_deleted_only_on_release(tmp_path: Path) -> None:
+    fifo = SegmentFifo(tmp_path, "q")
+    fifo.push(make(1000))
+    early = fifo.position()
+    for _ in range(550):
+        fifo.pop()
+    cursor = fifo.position()
+    before = segments(tmp_path)
+    assert len(before) >= 10 and cursor[0] == 5  # 100 jobs a segment
+    fifo.release(early)  # the durable checkpoint is older: nothing may go
+    assert segments(tmp_path) == before
+    fifo.release(cursor)
+    assert segments(tmp_path) == before[5:]
+    assert drain(SegmentFifo(tmp_path, "q", cursor)) == make(450, 550)
+
+
+def test_release_never_deletes_what_is_still_to_be_popped(tmp_path: Path,
+                                                         small: None) -> None:
+    fifo = SegmentFifo(tmp_path, "q")
+    fifo.push(make(500))
+    fifo.pop()
+    fifo.release((99, 0))  # a cursor ahead of ours must not cost jobs
+    assert drain(fifo) == make(499, 1)
+
+
+def test_a_cursor_past_the_data_or_on_a_missing_segment_is_refused(tmp_path: Path) -> None:
+    fifo = SegmentFifo(tmp_path, "q")
+    fifo.push(make(10))
+    fifo.flush()
+    size = segments(tmp_path)[0].stat().st_size
+    with pytest.raises(StateError, match=r"q\.0\.seg"):
+        SegmentFifo(tmp_path, "q", (0, size + 30))
+    with pytest.raises(StateError, match="line start"):
+        SegmentFifo(tmp_path, "q", (0, 3))
+    with pytest.raises(StateError, match=r"q\.7\.seg"):
+        SegmentFifo(tmp_path, "q", (7, 0))
+
+
+# --- crashes ---
+
+
+@pytest.mark.usefixtures("small")
+def test_a_second_instance_sees_everything_flushed_without_close(tmp_path: Path) -> None:
+    fifo = SegmentFifo(tmp_path, "q")
+    fifo.push(make(777))
+    fifo.flush()
+    fifo.push(make(5, 777))  # buffered only: a crash now may lose these, and only these
+    other = SegmentFifo(tmp_path, "q")
+    assert len(other) == 777
+    assert drain(other) == make(777)
+
+
+@pytest.mark.parametrize("tail", [b"3\t2\t0\thttp://h.test/to", b"garbage\n", b"3\t2\n", b"\n"])
+def test_a_torn_last_line_is_truncated_on_open_and_nothing_complete_lost(
+    tmp_path: Path, small: None, tail: bytes
+) -> None:
+    fifo = SegmentFifo(tmp_path, "q")
+    fifo.push(make(250))
+    fifo.flush()
+    last = segments(tmp_path)[-1]
+    size = last.stat().st_size
+    with open(last, "ab") as f:
+        f.write(tail)
+    reopened = SegmentFifo(tmp_path, "q")
+    assert last.stat().st_size == size
+    assert len(reopened) == 250
+    reopened.push(make(5, 250))
+    assert drain(reopened) == make(255)
+
+
+@pytest.mark.parametrize("which", [0, -1])
+def test_garbage_inside_a_segment_raises_state_error_naming_the_file(
+    tmp_path: Path, small: None, which: int
+) -> None:
+    fifo = SegmentFifo(tmp_path, "q")
+    fifo.push(make(250))
+    fifo.flush()
+    seg = segments(tmp_path)[which]
+    data = bytearray(seg.read_bytes())
+    line_start = data.index(b"\n", 100) + 1
+    data[line_start:line_start + 3] = b"x?y"
+    seg.write_bytes(bytes(data))
+    with pytest.raises(StateError, match=rf"{seg.name}: malformed job line at byte {line_start}"):
+        SegmentFifo(tmp_path, "q")
+
+
+@pytest.mark.usefixtures("small")
+def test_a_segment_other_than_the_last_that_ends_mid_line_is_an_error(tmp_path: Path) -> None:
+    fifo = SegmentFifo(tmp_path, "q")
+    fifo.push(make(250))
+    fifo.flush()
+    first = segments(tmp_path)[0]
+    os.truncate(first, first.stat().st_size - 4)
+    with pytest.raises(StateError, match=r"q\.0\.seg"):
+        SegmentFifo(tmp_path, "q")
+
+
+FIFO_CHILD = """
+import os, random, sys
+from pathlib import Path
+from larbinpy import diskqueue
+from larbinpy.records import Job
+diskqueue.SEGMENT_JOBS = 5000
+fifo = diskqueue.SegmentFifo(Path(sys.argv[1]), "q")
+report = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+rng, i = random.Random(int(sys.argv[3])), 0
+while True:
+    k = rng.randint(1, 3000)
+    fifo.push(Job(f"http://h{j}.test/" + "x" * (j % 50), j % 9, 0, 0) for j in range(i, i + k))
+    fifo.flush()
+    i += k
+    os.write(report, b"%d\\n" % i)  # only after flush() returned
+"""
+
+SPILL_CHILD = """
+import os, random, sys
+from pathlib import Path
+from larbinpy import diskqueue
+from larbinpy.records import Job
+diskqueue.SPILL_SEGMENT_BYTES = 20000
+spill = diskqueue.SiteSpill(Path(sys.argv[1]))
+report = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+rng, i = random.Random(int(sys.argv[3])), 0
+while True:
+    for _ in range(rng.randint(1, 300)):
+        spill.push(f"http://s{i % 5}.test", [Job(f"http://s{i % 5}.test/{i}", 1, 0, 0)])
+        i += 1
+    spill.flush()
+    os.write(report, b"%d\\n" % i)
+"""
+
+
+def run_and_kill(script: str, tmp_path: Path, seed: int) -> int:
+    """Run a writer child, SIGKILL it at a random moment; how many jobs it reported flushed."""
+    data, report = tmp_path / "data", tmp_path / "report"
+    child = subprocess.Popen([sys.executable, "-c", script, str(data), str(report), str(seed)],
+                             cwd=REPO, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not (report.exists() and report.stat().st_size) and time.monotonic() < deadline:
+        assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        time.sleep(0.01)
+    time.sleep(random.Random(seed).uniform(0.0, 0.4))
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert child.returncode == -signal.SIGKILL
+    lines = report.read_bytes().split(b"\n")
+    return int(lines[-2])  # the last whole report line (each one is a single write)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_kill_9_of_a_pushing_process_loses_no_flushed_job(tmp_path: Path, seed: int) -> None:
+    flushed = run_and_kill(FIFO_CHILD, tmp_path, seed)
+    fifo = SegmentFifo(tmp_path / "data", "q")
+    got = drain(fifo)
+    assert len(got) >= flushed > 0
+    assert [j.url for j in got] == [f"http://h{j}.test/" + "x" * (j % 50) for j in range(len(got))]
+    assert [j.depth for j in got[:100]] == [j % 9 for j in range(100)]
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_kill_9_of_a_spilling_process_loses_no_flushed_job(tmp_path: Path, seed: int) -> None:
+    flushed = run_and_kill(SPILL_CHILD, tmp_path, seed)
+    spill = SiteSpill(tmp_path / "data")
+    assert len(spill) >= flushed > 0
+    for s in range(5):
+        got = [j.url for j in spill.pop_many(f"http://s{s}.test", 10**9)]
+        assert got == [f"http://s{s}.test/{i}" for i in range(s, 5 * len(got), 5)]
+        assert len(got) >= (flushed - s + 4) // 5
+
+
+# --- DiskFrontier ---
+
+
+def test_frontier_serves_highest_priority_first_and_fifo_within(tmp_path: Path) -> None:
+    frontier = DiskFrontier(tmp_path)
+    rng = random.Random(7)
+    jobs = [Job(f"http://h.test/{i}", 3, rng.choice([-2, 0, 1, 5]), 0) for i in range(3000)]
+    for i in range(0, 3000, 250):
+        frontier.push(jobs[i:i + 250])
+    assert len(frontier) == 3000
+    assert frontier.sizes() == {p: sum(j.priority == p for j in jobs) for p in (5, 1, 0, -2)}
+    got = drain(frontier)
+    assert got == sorted(jobs, key=lambda j: -j.priority)  # sorted() is stable: FIFO within
+    assert len(frontier) == 0
+
+
+@pytest.mark.usefixtures("small")
+def test_frontier_reopens_every_priority_at_its_saved_cursor(tmp_path: Path) -> None:
+    frontier = DiskFrontier(tmp_path)
+    frontier.push(make(300, 0, priority=2) + make(300, 300, priority=0))
+    assert [frontier.pop() for _ in range(120)] == make(120, 0, priority=2)
+    saved = frontier.positions()
+    frontier.push(make(50, 600, priority=9))  # a priority born after the checkpoint
+    frontier.flush()
+    again = DiskFrontier(tmp_path, saved)
+    assert len(again) == 180 + 300 + 50
+    assert again.sizes() == {9: 50, 2: 180, 0: 300}
+    assert drain(again) == (make(50, 600, priority=9) + make(180, 120, priority=2)
+                            + make(300, 300, priority=0))
+    assert list(DiskFrontier(tmp_path, saved).jobs()) == list(
+        DiskFrontier(tmp_path, saved).jobs())
+    before = len(list(tmp_path.glob("p2.*.seg")))
+    frontier.release(saved)
+    assert len(list(tmp_path.glob("p2.*.seg"))) == before - 1
+    assert len(DiskFrontier(tmp_path, saved)) == 530
+
+
+# --- SiteSpill ---
+
+
+def test_spill_pops_each_sites_jobs_oldest_first(tmp_path: Path) -> None:
+    spill = SiteSpill(tmp_path)
+    for r in range(10):
+        for s in range(20):
+            spill.push(f"http://s{s}.test", make(5, r * 5, host=f"s{s}"))
+    assert len(spill) == 1000 and spill.count("http://s3.test") == 50
+    assert spill.pop_many("http://s3.test", 7) == make(7, host="s3")
+    assert spill.count("http://s3.test") == 43 and len(spill) == 993
+    spill.flush()
+    assert spill.pop_many("http://s3.test", 100) == make(43, 7, host="s3")
+    assert spill.pop_many("http://s3.test", 100) == []
+    assert spill.pop_many("http://nobody.test", 5) == []
+    assert sorted(spill.sites()) == sorted(f"http://s{s}.test" for s in range(20) if s != 3)
+
+
+@pytest.mark.usefixtures("small")
+def test_spill_reopens_at_saved_cursors_across_its_files(tmp_path: Path) -> None:
+    spill = SiteSpill(tmp_path)
+    for i in range(0, 200, 10):
+        spill.push("a", make(10, i, host="a"))
+        spill.flush()
+    spill.push("b", make(30, host="b"))
+    spill.flush()
+    assert len(list(tmp_path.glob("*.spill"))) > 3  # "a" spans several files
+    assert spill.pop_many("a", 150) == make(150, host="a")
+    saved = spill.positions()
+    spill.push("a", make(10, 200, host="a"))
+    spill.push("c", make(3, host="c"))  # a site spilled after the checkpoint
+    spill.sync()
+    again = SiteSpill(tmp_path, saved)
+    assert (again.count("a"), again.count("b"), again.count("c")) == (60, 30, 3)
+    assert again.pop_many("a", 1000) == make(60, 150, host="a")
+    assert again.pop_many("c", 1000) == make(3, host="c")
+
+
+@pytest.mark.usefixtures("small")
+def test_spill_files_go_only_when_consumed_and_released(tmp_path: Path) -> None:
+    spill = SiteSpill(tmp_path)
+    for i in range(0, 200, 10):
+        spill.push("a", make(10, i, host="a"))
+        spill.flush()
+    files = len(list(tmp_path.glob("*.spill")))
+    spill.pop_many("a", 120)
+    old = spill.positions()
+    spill.pop_many("a", 80)
+    assert len(list(tmp_path.glob("*.spill"))) == files
+    spill.release(old)  # part of "a" was still waiting at that checkpoint
+    assert 1 < len(list(tmp_path.glob("*.spill"))) < files
+    done = spill.positions()
+    spill.release(done)
+    assert list(tmp_path.glob("*.spill")) == []
+    assert spill.positions() == {}
+    assert done["a"][0] > 0
+    restarted = SiteSpill(tmp_path, done)  # a restart from that checkpoint: nothing left
+    assert len(restarted) == 0
+    restarted.push("a", make(4, 500, host="a"))  # a new generation, never confused with `done`
+    restarted.flush()
+    assert SiteSpill(tmp_path, done).pop_many("a", 10) == make(4, 500, host="a")
+
+
+def test_spill_keeps_few_files_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(diskqueue, "SPILL_FDS", 4)
+    before = len(os.listdir("/proc/self/fd"))
+    spill = SiteSpill(tmp_path)
+    for s in range(50):
+        spill.push(f"site{s}", make(3, host=f"s{s}"))
+    spill.flush()
+    for s in range(50):
+        assert spill.pop_many(f"site{s}", 3) == make(3, host=f"s{s}")
+    assert len(os.listdir("/proc/self/fd")) - before <= 4
+    spill.close()
+
+
+@pytest.mark.usefixtures("small")
+def test_spill_truncates_a_torn_tail_and_refuses_damage(tmp_path: Path) -> None:
+    spill = SiteSpill(tmp_path)
+    for i in range(0, 200, 10):
+        spill.push("a", make(10, i, host="a"))
+        spill.flush()
+    files = sorted(tmp_path.glob("*.spill"), key=lambda p: int(p.name.split(".")[1]))
+    with open(files[-1], "ab") as f:
+        f.write(b"1\t2\t0\thttp://a.te")
+    (tmp_path / f"{files[-1].name.split('.')[0]}.99.spill").write_bytes(b"#a")  # torn new file
+    again = SiteSpill(tmp_path)
+    assert again.pop_many("a", 1000) == make(200, host="a")
+    assert not (tmp_path / f"{files[-1].name.split('.')[0]}.99.spill").exists()
+    data = files[0].read_bytes()
+    files[0].write_bytes(data[:3] + b"!" + data[4:])  # the first job line, after "#a\n"
+    with pytest.raises(StateError, match=files[0].name):
+        SiteSpill(tmp_path)
+
+
+# --- memory and speed ---
+
+
+PATH = "a/fairly/typical/path/to/page"
+
+
+def stream(n: int, sites: int, rounds: int) -> Iterator[tuple[str, list[Job]]]:
+    """n jobs as (site, batch) pairs: every site gets a batch in each round; priority by site."""
+    per = n // sites // rounds
+    for r in range(rounds):
+        for s in range(sites):
+            yield f"s{s}", [Job(f"http://s{s}.test/{PATH}{r * per + k}", 2, s % 3, 0)
+                            for k in range(per)]
+
+
+def check_bounded_memory(tmp_path: Path, n: int, sites: int, limit_mb: float) -> None:
+    """Push n jobs into a DiskFrontier and a SiteSpill, pop them all back, under a heap limit."""
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        frontier, spill = DiskFrontier(tmp_path / "frontier"), SiteSpill(tmp_path / "spill")
+        for site, batch in stream(n, sites, 10):
+            frontier.push(batch)
+            spill.push(site, batch)
+        frontier.flush()
+        spill.flush()
+        assert len(frontier) == len(spill) == n
+        last: dict[str, int] = {}
+        prio, popped = 3, 0
+        while (job := frontier.pop()) is not None:
+            site, num = job.url[7:].split(f".test/{PATH}")
+            assert job.priority <= prio and int(num) > last.get(site, -1)
+            prio, last[site], popped = job.priority, int(num), popped + 1
+        assert popped == n
+        for s in range(sites):
+            got = spill.pop_many(f"s{s}", n)
+            want = [f"http://s{s}.test/{PATH}{k}" for k in range(n // sites)]
+            assert [j.url for j in got] == want
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert peak < limit_mb * 2**20, f"heap peak {peak / 2**20:.1f} MB"
+
+
+def test_memory_stays_small_with_100k_jobs_queued(tmp_path: Path) -> None:
+    # Held in memory, these 100,000 jobs would take ~19 MB as Jobs, ~6 MB as unwritten lines.
+    check_bounded_memory(tmp_path, 100_000, 1_000, limit_mb=4)
+
+
+@pytest.mark.slow
+def test_memory_stays_small_with_a_million_jobs_over_10k_sites(tmp_path: Path) -> None:
+    check_bounded_memory(tmp_path, 1_000_000, 10_000, limit_mb=30)
+
+
+def test_bench_frontier_reports_rates_and_rss(tmp_path: Path) -> None:
+    result = bench_frontier(n=5000, sites=50, directory=tmp_path)
+    for key in ("frontier_push_per_s", "frontier_pop_per_s", "spill_push_per_s",
+                "spill_pop_per_s", "peak_rss_mb"):
+        assert result[key] > 0
