@@ -10,9 +10,14 @@ either way makes this test fail.
 
 from __future__ import annotations
 
+import functools
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from larbinpy.config import parse_config
+from larbinpy.diskqueue import SiteSpill
 from larbinpy.records import Site
 from larbinpy.sites import Sites
 from larbinpy.stages.robots import Robots, parse_rules
@@ -209,10 +214,16 @@ NOT_APPLICABLE = {
 }
 
 
+@functools.cache
+def _sites() -> Sites:
+    """A site table for the robots stage (it only drops queues; nothing is queued here)."""
+    return Sites(Stats(), 0.0, SiteSpill(Path(tempfile.mkdtemp())))
+
+
 def larbinpy_fetches(robots_txt: str, agent: str, url: str) -> bool:
     """Would larbinpy, configured with UserAgent `agent`, fetch `url` under this robots.txt?"""
     cfg = parse_config(f'UserAgent "{agent}"\n')
-    robots = Robots(cfg, Stats(), Sites(Stats(), 0.0))
+    robots = Robots(cfg, Stats(), _sites())
     canonical = Normalizer(strip_params=frozenset(), max_length=1 << 20).normalize(url)
     assert canonical is not None, url
     site = Site("http://foo.bar", "foo.bar")
