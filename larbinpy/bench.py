@@ -307,11 +307,41 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pages", type=int, default=100, help="pages per host [100]")
     p.add_argument("--connections", type=int, default=64, help="pagesConnexions [64]")
     p.add_argument("--per-host", type=int, default=4, help="connectionsPerHost [4]")
-    p.add_argument("--output", choices=("save", "none", "links"), default="save")
+    p.add_argument("--output", choices=("save", "none", "links", "warc", "mirror"),
+                   default="save")
     p.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
                    help="also measure the bare aiohttp fetch loop [on]")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--frontier", type=int, metavar="N", default=0,
+                   help="instead: push then pop N URLs through the disk frontier and the "
+                        "per-site spill (100,000 sites)")
+    p.add_argument("--hashset", type=int, metavar="N", default=0,
+                   help="instead: N distinct URLs into a 2^28-bit hash set with K=1 and K=7; "
+                        "false-positive rate on 1,000,000 other URLs against the formula")
     return p
+
+
+def bench_hashset(n: int, bits: int = 1 << 28, probes: int = 1_000_000) -> dict[str, Any]:
+    """Insert n URLs (batches of 1,000: test then set, as the input stage does); measure the
+    throughput and the false-positive rate on URLs never inserted."""
+    from .hashset import BitmapSeenSet, false_positive_rate
+
+    result: dict[str, Any] = {"urls": n, "bits": bits}
+    for k in (1, 7):
+        with tempfile.TemporaryDirectory(prefix="larbinpy-hash-") as tmp:
+            seen = BitmapSeenSet(Path(tmp) / "seen.bitmap", bits, k)
+            start = time.perf_counter()
+            for base in range(0, n, 1000):
+                batch = [f"http://h{i % 100_003}.example.org/p/{i}" for i in
+                         range(base, min(base + 1000, n))]
+                seen.add(seen.missing(batch))
+            rate = n / (time.perf_counter() - start)
+            others = [f"http://other{i}.example.net/q/{i}" for i in range(probes)]
+            measured = 1 - len(seen.missing(others)) / probes
+            seen.close()
+        result[f"k{k}"] = {"urls_per_s": round(rate), "false_positive_rate": measured,
+                           "formula": false_positive_rate(bits, k, n)}
+    return result
 
 
 def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -337,9 +367,24 @@ def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     }
 
 
+def state_bench(args: argparse.Namespace) -> int:
+    """`--frontier N` / `--hashset N`: the state structures alone, no network."""
+    result: dict[str, Any] = {}
+    if args.frontier:
+        from .diskqueue import bench_frontier
+
+        result["frontier"] = bench_frontier(args.frontier, 100_000)
+    if args.hashset:
+        result["hashset"] = bench_hashset(args.hashset)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `larbinpy bench`; 0 on success, 1 if the server or the crawl fails."""
     args = parser().parse_args(argv)
+    if args.frontier or args.hashset:
+        return state_bench(args)
     from .cli import setup_logging
 
     setup_logging(-1)  # warnings only: logging must not cost the crawl CPU

@@ -70,6 +70,7 @@ class Config:
     outputs: list[str] = field(default_factory=list)
     save_dir: str = "./save"
     warc_max_size: int = GiB
+    warc_prefix: str = "larbinpy"
     user_output: str | None = None
     specific_search: list[str] = field(default_factory=list)
     content_types: list[str] = field(default_factory=list)
@@ -250,6 +251,13 @@ def parse_domain(text: str) -> str:
     return text.lower()
 
 
+def parse_file_prefix(text: str) -> str:
+    """A file name prefix: letters, digits, `.`, `_`, `-` (it names files in saveDir)."""
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}", text):
+        raise ValueError(f"expected letters, digits, '.', '_' or '-', got {text!r}")
+    return text
+
+
 def parse_user_output(text: str) -> str:
     """`module:callable`."""
     if not re.fullmatch(r"[\w.]+:[\w.]+", text):
@@ -296,6 +304,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "output": ("outputs", "repeat", choice(*OUTPUTS)),
     "savedir": ("save_dir", "value", str),
     "warcmaxsize": ("warc_max_size", "value", parse_int),
+    "warcprefix": ("warc_prefix", "value", parse_file_prefix),
     "useroutput": ("user_output", "value", parse_user_output),
     "specificsearch": ("specific_search", "list", parse_extension),
     "contenttypes": ("content_types", "list", str.lower),
@@ -348,7 +357,6 @@ NOT_SUPPORTED_YET: dict[str, Callable[[Config], bool]] = {
     "cluster": lambda c: c.cluster is not None,
     "cookies": lambda c: c.cookies,
     "sitemaps": lambda c: c.sitemaps,
-    "output": lambda c: any(o in ("mirror", "warc") for o in c.outputs),
     "proxydns": lambda c: c.proxy_dns != "proxy",
 }
 
@@ -487,8 +495,8 @@ def validate(cfg: Config) -> None:
 SPELLING = {k.lower(): k for k in (
     "From UserAgent httpPort inputPort pagesConnexions dnsConnexions depthInSite noExternalLinks "
     "waitDuration limitToDomain forbiddenExtensions dnsServers excludePatterns includePatterns "
-    "connectionsPerHost stateDir hashSize hashFunctions output saveDir warcMaxSize userOutput "
-    "specificSearch contentTypes maxPageSize maxUrlLength maxRedirects maxPagesPerSite "
+    "connectionsPerHost stateDir hashSize hashFunctions output saveDir warcMaxSize warcPrefix "
+    "userOutput specificSearch contentTypes maxPageSize maxUrlLength maxRedirects maxPagesPerSite "
     "timeoutConnect timeoutRead timeoutTotal minRate maxBandwidth perCall exitAtEnd httpHost "
     "inputToken seedFile robots robotsTtl noDup allowNetworks stripParams maxLinksPerPage "
     "checkpointInterval inputMaxBody inputMaxUrls logFile tlsVerify caFile ipVersion proxyDns "

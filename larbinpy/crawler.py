@@ -79,8 +79,10 @@ class Crawler:
         self.outputs = Outputs(cfg, self.stats)
         self.limiter = BandwidthLimiter(cfg.max_bandwidth) if cfg.max_bandwidth else None
         self.reader = Reader(cfg, self.stats, self.normalizer, self.robots, self.input,
-                             self.outputs.write, self.limiter, self.contents,
+                             self.outputs, self.limiter, self.contents,
                              keep_raw=self.outputs.keep_raw)
+        if self.outputs.keep_raw:  # archives record robots.txt exchanges too
+            self.robots.record = self.outputs.record_robots
         self.opener = Opener(cfg, self.sites, self.robots, self.reader, self.changed)
         self.dns = Dns(cfg, self.stats, self.sites, NetworkPolicy(cfg.allow_networks),
                        self._resolved)
@@ -103,6 +105,7 @@ class Crawler:
             and self.sites.queued == 0
             and self.dns.waiting_sites == 0
             and self.opener.in_flight == 0
+            and self.outputs.backlog() == 0  # a full disk pauses the crawl; it is not done
         )
 
     def changed(self) -> None:
@@ -189,6 +192,7 @@ class Crawler:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.outputs.drain()
         self.checkpoint()
 
     def in_memory(self) -> Iterator[Job]:

@@ -36,7 +36,11 @@ def extract_links(
     """Absolute canonical http(s) links of an HTML page, de-duplicated (in document order per
     kind of element: <a> first, then areas, frames, images), and how many were dropped over
     max_links."""
-    tree = LexborHTMLParser(body, encoding=True)
+    try:
+        tree = LexborHTMLParser(body, encoding=True)
+    except (UnicodeError, LookupError):
+        # a <meta charset> naming a codec the bytes are not in (e.g. "utf-16" on ASCII)
+        tree = LexborHTMLParser(body.decode("utf-8", "replace"))
     base_href = None
     for node in tree.tags("base"):
         value = node.attrs.get("href")

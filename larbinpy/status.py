@@ -43,6 +43,7 @@ def snapshot(crawler: Crawler) -> dict[str, Any]:
         "robots_refusals": stats.outcomes["forbiddenRobots"],
         "links_dropped": stats.links_dropped,
         "output_errors": stats.output_errors,
+        "outputs": crawler.outputs.status(),
         "outcomes": dict(stats.outcomes),
         "errors": stats.errors(),
         "history": [

@@ -47,6 +47,13 @@ def _rows(pairs: list[tuple[str, Any]]) -> str:
     )
 
 
+def _state(s: dict[str, Any]) -> str:
+    """crawling / idle / stopping, or why fetching is paused."""
+    if s["outputs"]["paused"]:
+        return f'PAUSED: {s["outputs"]["paused_reason"]}'
+    return "idle" if s["idle"] else ("stopping" if s["stopping"] else "crawling")
+
+
 def render_html(s: dict[str, Any]) -> str:
     """larbin's status page, refreshing itself."""
     sites = s["sites"]
@@ -67,7 +74,7 @@ def render_html(s: dict[str, Any]) -> str:
         ("DNS queries", s["dns_queries"]),
         ("robots.txt fetched / refusals", f'{s["robots_fetches"]} / {s["robots_refusals"]}'),
         ("uptime", f'{s["uptime_s"]:.0f} s'),
-        ("state", "idle" if s["idle"] else ("stopping" if s["stopping"] else "crawling")),
+        ("state", _state(s)),
     ]
     queues = [(f"priority {p}", n) for p, n in s["queued_per_priority"].items()] or [
         ("all priorities", 0)]

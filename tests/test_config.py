@@ -79,7 +79,8 @@ def test_sizes_accept_suffixes_and_powers():
         ("allowNetworks 10.0.0.300/8 end\n", 1, "allowNetworks"),
         ('UserAgent "unterminated\n', 1, "unterminated"),
         ("\n\ncluster redis://127.0.0.1:6379/0\n", 3, "not supported yet"),
-        ("output warc\n", 1, "not supported yet"),
+        ("output save\nproxyDns local\n", 2, "not supported yet"),
+        ("warcPrefix ../x\n", 1, "warcPrefix"),
         ("dnsServers 1.2.3.4:99999\n", 1, "bad port"),
     ],
 )

@@ -1,31 +1,51 @@
 """Where fetched pages go: the outputs named by `output` lines in larbin.conf.
 
-Each output is a small module with one class behind the `Output` interface; `Outputs` fans a
-page out to every configured one, applies `specificSearch` / `contentTypes` (larbin's
-SPECIFICSEARCH: output only these) and the `userOutput` hook, and counts failures instead of
-letting one stop the crawl.
+Each output is one module of this package named like its `output` value (`save.py`,
+`mirror.py`, `warc.py`, `links.py`), with a `make(cfg)` function returning an object behind the
+`Output` interface: adding an output adds a module and nothing else here. `Outputs` fans a page
+out to every configured one, applies `specificSearch` / `contentTypes` (larbin's
+SPECIFICSEARCH: output only these) and calls the `userOutput` hook (`hook.py`).
+
+Failures never stop the crawl. A write refused by the storage (disk full, saveDir not
+writable) keeps the page in a backlog, pauses the crawl (`ready` turns false, `wait_ready()`
+blocks fetching) and retries every `retry_interval` seconds until it succeeds; any other
+failure is logged and counted. Archival outputs (class attribute `archival = True`) get every
+exchange, any status, plus robots.txt fetches and noDup duplicates; the others only 2xx pages.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
-from collections.abc import Callable
-from typing import Protocol
+import time
+from collections import deque
+from typing import Any, Protocol
 
+from ..body import Body
 from ..config import Config
-from ..records import Page
+from ..records import Job, Page
 from ..scope import url_extension
 from ..stats import Stats
+from .files import is_storage_error
+from .hook import Hook, PageView, load_hook
+
+__all__ = ["Output", "Outputs", "PageView", "load_hook", "make_output", "page_from_response"]
 
 log = logging.getLogger("larbinpy.outputs")
 
+RETRY_INTERVAL = 5.0  # seconds between two attempts to write a backlog while paused
+
 
 class Output(Protocol):
-    """One destination for fetched pages."""
+    """One destination for fetched pages.
+
+    Optional: `archival = True` (wants every exchange with `raw_body`), and the methods
+    `record_robots(page)` / `record_duplicate(page)` for robots.txt fetches and noDup duplicates.
+    """
 
     def write(self, page: Page) -> None:
-        """Store one response (every status; most outputs keep only 2xx pages)."""
+        """Store one response; raise OSError when the storage refuses it."""
         ...
 
     def flush(self) -> None:
@@ -38,40 +58,60 @@ class Output(Protocol):
 
 
 def make_output(name: str, cfg: Config) -> Output:
-    """The output called `name` (`save` or `links`)."""
-    if name == "save":
-        from .save import SaveOutput
+    """The output called `name`: module `larbinpy.outputs.<name>`, its `make(cfg)`."""
+    if not name.isidentifier() or name in ("files", "hook"):
+        raise ValueError(f"output {name} is not available")
+    try:
+        module = importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError:
+        raise ValueError(f"output {name} is not available") from None
+    if not hasattr(module, "make"):
+        raise ValueError(f"output {name} is not available")
+    return module.make(cfg)
 
-        return SaveOutput(cfg.save_dir)
-    if name == "links":
-        from .links import LinksOutput
 
-        return LinksOutput(cfg.save_dir)
-    raise ValueError(f"output {name} is not available")
+def page_from_response(job: Job, resp: Any, body: Body, ip: str, started: float) -> Page:
+    """One aiohttp exchange as a Page (robots.txt fetches use it to reach the archives)."""
+    version = resp.version
+    return Page(
+        job=job, url=job.url, status=resp.status, headers=resp.headers, body=body.data,
+        content_type=resp.content_type, ip=ip, fetched_at=time.time(),
+        elapsed=time.monotonic() - started, raw_body=body.raw, raw_headers=resp.raw_headers,
+        http_version=f"HTTP/{version.major}.{version.minor}" if version else "HTTP/1.1",
+        reason=resp.reason or "", request_headers=resp.request_info.headers,
+    )
 
 
-def load_hook(spec: str) -> Callable[[Page], object]:
-    """The `userOutput module:callable` hook."""
-    module, _, attr = spec.partition(":")
-    obj: object = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise TypeError(f"userOutput {spec} is not callable")
-    return obj
+def _name(out: object) -> str:
+    """An output's name for logs and the status page."""
+    return getattr(out, "name", type(out).__name__)
 
 
 class Outputs:
-    """Every configured output, behind the filters."""
+    """Every configured output, behind the filters, with pause-and-retry on storage errors."""
 
     def __init__(self, cfg: Config, stats: Stats) -> None:
         self.stats = stats
         self.outputs = [make_output(name, cfg) for name in cfg.effective_outputs()]
-        self.hook = load_hook(cfg.user_output) if cfg.user_output else None
+        self.hook = (
+            Hook(load_hook(cfg.user_output), stats, self._update) if cfg.user_output else None
+        )
         self.extensions = frozenset(cfg.specific_search)
         self.types = frozenset(cfg.content_types)
         # archival outputs want every exchange as received, raw body included
         self.keep_raw = any(getattr(o, "archival", False) for o in self.outputs)
+        # per output, (method, page) not written yet because its storage refused them
+        self.backlogs: list[deque[tuple[str, Page]]] = [deque() for _ in self.outputs]
+        self.paused_reason: str | None = None
+        self.retry_interval = RETRY_INTERVAL
+        self.errors = 0  # failures that dropped a page from one output (logged)
+        self.pauses = 0
+        self.lost = 0  # pages still in a backlog at close (logged)
+        self._ready = asyncio.Event()
+        self._ready.set()
+        self._retry_handle: asyncio.TimerHandle | None = None
+
+    # --- what goes where ---
 
     def wanted(self, page: Page) -> bool:
         """SPECIFICSEARCH: with specificSearch/contentTypes set, output only those pages."""
@@ -80,28 +120,182 @@ class Outputs:
         return page.content_type in self.types or url_extension(page.url) in self.extensions
 
     def write(self, page: Page) -> None:
-        """Hand a page to every output and the hook; a failure is logged and counted."""
+        """Hand a page to every output that wants it, and to the hook; never raises."""
         if not self.wanted(page):
             return
-        for out in self.outputs:
-            try:
-                out.write(page)
-            except OSError as exc:
-                self.stats.output_errors += 1
-                log.error("output %s failed for %s: %s", type(out).__name__, page.url, exc)
-        if self.hook is not None:
-            try:
-                self.hook(page)
-            except Exception:  # a user's hook must never kill the crawl
-                self.stats.output_errors += 1
-                log.exception("userOutput hook failed for %s", page.url)
+        ok = 200 <= page.status < 300
+        for i, out in enumerate(self.outputs):
+            if ok or getattr(out, "archival", False):
+                self._deliver(i, "write", page)
+        if ok and self.hook is not None:
+            self.hook.call(page)
+        self._update()
+
+    async def write_async(self, page: Page) -> None:
+        """`write`, then wait while fetching should pause (storage refused, hook busy)."""
+        self.write(page)
+        await self.wait_ready()
+
+    def record_robots(self, page: Page) -> None:
+        """A robots.txt exchange: to the archival outputs only, whatever the filters say."""
+        self._to_archives("record_robots", page)
+
+    def record_duplicate(self, page: Page) -> None:
+        """A page noDup found with a body already seen: archival outputs record a revisit."""
+        if self.wanted(page):
+            self._to_archives("record_duplicate", page)
+
+    def _to_archives(self, method: str, page: Page) -> None:
+        """Call `method` on the outputs that have it."""
+        for i, out in enumerate(self.outputs):
+            if hasattr(out, method):
+                self._deliver(i, method, page)
+        self._update()
+
+    def _deliver(self, i: int, method: str, page: Page) -> None:
+        """One page to one output, behind its backlog (order is kept)."""
+        if self.backlogs[i]:
+            self.backlogs[i].append((method, page))
+            return
+        try:
+            getattr(self.outputs[i], method)(page)
+        except Exception as exc:  # noqa: BLE001 - an output failure must never kill the crawl
+            if not is_storage_error(exc):
+                self._dropped(i, page, exc)
+                return
+            self.backlogs[i].append((method, page))
+            self._pause(i, exc)
+
+    def _dropped(self, i: int, page: Page, exc: BaseException) -> None:
+        """A failure that retrying cannot fix (bad URL for a file name...): log and count."""
+        self.errors += 1
+        self.stats.output_errors += 1
+        log.error("output %s could not store %s: %s", _name(self.outputs[i]), page.url, exc)
+
+    # --- pause and resume ---
+
+    def _pause(self, i: int, exc: BaseException) -> None:
+        """The storage refused a write: pause fetching, retry later."""
+        reason = f"output {_name(self.outputs[i])}: {exc}"
+        if self.paused_reason is None:
+            self.pauses += 1
+            log.error("%s -- fetching paused until it can write again", reason)
+        self.paused_reason = reason
+        self._schedule_retry()
+
+    def _schedule_retry(self) -> None:
+        """Retry the backlogs in `retry_interval` seconds (when an event loop runs)."""
+        if self._retry_handle is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (direct use): the caller calls retry() itself
+        self._retry_handle = loop.call_later(self.retry_interval, self._retry_timer)
+
+    def _retry_timer(self) -> None:
+        """The retry timer fired."""
+        self._retry_handle = None
+        self.retry()
+
+    def retry(self) -> bool:
+        """Write the backlogs in order; True (and fetching resumes) when all are written."""
+        for i, backlog in enumerate(self.backlogs):
+            while backlog:
+                method, page = backlog[0]
+                try:
+                    getattr(self.outputs[i], method)(page)
+                except Exception as exc:  # noqa: BLE001
+                    if is_storage_error(exc):
+                        self._pause(i, exc)
+                        return False
+                    self._dropped(i, page, exc)
+                backlog.popleft()
+        if self.paused_reason is not None:
+            log.warning("outputs can write again (%s): fetching resumed", self.paused_reason)
+            self.paused_reason = None
+        self._update()
+        return True
+
+    def _update(self) -> None:
+        """Recompute `ready` and wake or block `wait_ready()`."""
+        if self.ready:
+            self._ready.set()
+        else:
+            self._ready.clear()
+
+    @property
+    def ready(self) -> bool:
+        """May fetching go on? False while a storage refuses writes or the hook is saturated."""
+        return self.paused_reason is None and not (self.hook is not None and self.hook.busy)
+
+    async def wait_ready(self) -> None:
+        """Return as soon as fetching may go on (back-pressure point for the fetch path)."""
+        while not self.ready:
+            self._ready.clear()
+            await self._ready.wait()
+
+    def backlog(self) -> int:
+        """Pages waiting for a storage to accept them."""
+        return sum(len(b) for b in self.backlogs)
+
+    def status(self) -> dict[str, Any]:
+        """Figures for the status page and status.json."""
+        hook = self.hook
+        return {
+            "outputs": [_name(o) for o in self.outputs],
+            "paused": self.paused_reason is not None,
+            "paused_reason": self.paused_reason,
+            "pauses": self.pauses,
+            "backlog": self.backlog(),
+            "errors": self.errors,
+            "lost": self.lost,
+            "hook": None if hook is None else {
+                "calls": hook.calls, "errors": hook.errors, "running": len(hook.tasks),
+                "busy": hook.busy,
+            },
+        }
+
+    # --- checkpoints and the end ---
 
     def flush(self) -> None:
-        """Flush every output."""
-        for out in self.outputs:
-            out.flush()
+        """Flush every output; a storage error pauses, like a failed write."""
+        if self.paused_reason is not None:
+            self.retry()
+        for i, out in enumerate(self.outputs):
+            try:
+                out.flush()
+            except Exception as exc:  # noqa: BLE001
+                if is_storage_error(exc):
+                    self._pause(i, exc)
+                else:
+                    log.error("output %s could not flush: %s", _name(out), exc)
+        self._update()
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Before close: let running async hook calls finish, try the backlogs once more."""
+        if self.hook is not None:
+            await self.hook.drain(timeout)
+        if self.backlog():
+            self.retry()
 
     def close(self) -> None:
-        """Close every output."""
+        """Close every output; pages still refused by their storage are reported as lost."""
+        if self.backlog():
+            self.retry()
+        for i, backlog in enumerate(self.backlogs):
+            if backlog:
+                self.lost += len(backlog)
+                log.error("output %s: %d fetched pages could not be written (%s) and are lost",
+                          _name(self.outputs[i]), len(backlog), self.paused_reason)
+                backlog.clear()
+        if self._retry_handle is not None:
+            self._retry_handle.cancel()
+            self._retry_handle = None
+        if self.hook is not None:
+            self.hook.cancel()
         for out in self.outputs:
-            out.close()
+            try:
+                out.close()
+            except Exception as exc:  # noqa: BLE001
+                log.error("output %s could not close: %s", _name(out), exc)

@@ -1,7 +1,7 @@
 """`output links`: the link graph as JSON lines in `saveDir/links.jsonl` (larbin's LINKS_INFO).
 
 One line per fetched page: url, final url, status, depth (remaining depth budget, larbin's
-meaning), content type, bytes, fetch time (seconds) and out-links.
+meaning), content type, bytes, fetch time (seconds), fetch date and out-links.
 """
 
 from __future__ import annotations
@@ -9,15 +9,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..config import Config
 from ..records import Page
+from .files import AppendFile
+
+
+def make(cfg: Config) -> LinksOutput:
+    """The output for `output links`."""
+    return LinksOutput(cfg.save_dir)
 
 
 class LinksOutput:
     """Appends one JSON object per page."""
 
+    name = "links"
+
     def __init__(self, save_dir: str) -> None:
-        Path(save_dir).mkdir(parents=True, exist_ok=True)
-        self.file = open(Path(save_dir) / "links.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        self.path = Path(save_dir) / "links.jsonl"
+        self.file: AppendFile | None = None  # opened on the first page
 
     def write(self, page: Page) -> None:
         """One line for one page (2xx pages only, whatever other outputs keep)."""
@@ -34,12 +43,15 @@ class LinksOutput:
             "fetched_at": round(page.fetched_at, 3),
             "links": page.links,
         }
-        self.file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        if self.file is None:
+            self.file = AppendFile(self.path)
+        self.file.append((json.dumps(record, separators=(",", ":")) + "\n").encode())
 
     def flush(self) -> None:
-        """Flush buffered lines."""
-        self.file.flush()
+        """Nothing buffered: each line is written whole when its page is."""
 
     def close(self) -> None:
         """Close the file."""
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
+            self.file = None

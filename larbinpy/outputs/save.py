@@ -1,28 +1,37 @@
 """`output save`, larbin's SIMPLE_SAVE: bodies in `saveDir/dNNNNN/fNNNNN`, an index per folder.
 
 Each folder holds at most `FILES_PER_DIR` pages and an `index` file of lines `fNNNNN URL`.
-A restarted crawl continues after the last folder instead of overwriting it.
+A restarted crawl continues after the last folder instead of overwriting it. Nothing is
+created before the first page, so an unwritable saveDir pauses the crawl (see `Outputs`)
+instead of stopping it at start.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import IO
 
+from ..config import Config
 from ..records import Page
+from .files import AppendFile
 
 FILES_PER_DIR = 2000  # larbin's filesPerDir
+
+
+def make(cfg: Config) -> SaveOutput:
+    """The output for `output save`."""
+    return SaveOutput(cfg.save_dir)
 
 
 class SaveOutput:
     """Numbered files, numbered folders."""
 
+    name = "save"
+
     def __init__(self, save_dir: str) -> None:
         self.root = Path(save_dir)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.dir_no = self._last_dir() + 1
+        self.dir_no = -1  # found on the first write
         self.file_no = 0
-        self.index: IO[str] | None = None
+        self.index: AppendFile | None = None
 
     def _last_dir(self) -> int:
         """Number of the highest existing dNNNNN folder (-1 if none)."""
@@ -31,16 +40,18 @@ class SaveOutput:
 
     def _folder(self) -> Path:
         """The current folder, opening a new one (and its index) when the last is full."""
-        folder = self.root / f"d{self.dir_no:05d}"
-        if self.index is None or self.file_no >= FILES_PER_DIR:
-            if self.index is not None:
-                self.index.close()
-                self.dir_no += 1
-                self.file_no = 0
-                folder = self.root / f"d{self.dir_no:05d}"
+        if self.index is not None and self.file_no >= FILES_PER_DIR:
+            self.index.close()
+            self.index = None
+            self.dir_no += 1
+            self.file_no = 0
+        if self.index is None:
+            if self.dir_no < 0:
+                self.dir_no = self._last_dir() + 1
+            folder = self.root / f"d{self.dir_no:05d}"
             folder.mkdir(parents=True, exist_ok=True)
-            self.index = open(folder / "index", "a", encoding="utf-8")  # noqa: SIM115
-        return folder
+            self.index = AppendFile(folder / "index")
+        return self.root / f"d{self.dir_no:05d}"
 
     def write(self, page: Page) -> None:
         """Write the body to the next fNNNNN and index it (2xx pages only)."""
@@ -48,15 +59,13 @@ class SaveOutput:
             return
         folder = self._folder()
         name = f"f{self.file_no:05d}"
-        (folder / name).write_bytes(page.body)
+        (folder / name).write_bytes(page.body)  # a failed write is redone whole on retry
         assert self.index is not None
-        self.index.write(f"{name} {page.url}\n")
+        self.index.append(f"{name} {page.url}\n".encode())
         self.file_no += 1
 
     def flush(self) -> None:
-        """Flush the index."""
-        if self.index is not None:
-            self.index.flush()
+        """Nothing buffered: every index line is written when its page is."""
 
     def close(self) -> None:
         """Close the index."""

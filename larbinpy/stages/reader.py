@@ -12,7 +12,6 @@ import asyncio
 import re
 import ssl
 import time
-from collections.abc import Callable
 
 import aiohttp
 import xxhash
@@ -23,6 +22,7 @@ from ..config import Config
 from ..extract import extract_links
 from ..hashset import SeenSet
 from ..netpolicy import DeniedNetworkError
+from ..outputs import Outputs
 from ..records import Job, Page, Site
 from ..scope import url_extension
 from ..stats import Stats
@@ -45,14 +45,14 @@ class Reader:
         normalizer: Normalizer,
         robots: Robots,
         input_stage: Input,
-        write_page: Callable[[Page], None],
+        outputs: Outputs,
         limiter: BandwidthLimiter | None,
         contents: SeenSet | None,
         keep_raw: bool = False,
     ) -> None:
         self.cfg, self.stats, self.normalizer = cfg, stats, normalizer
         self.robots, self.input = robots, input_stage
-        self.write_page = write_page
+        self.outputs = outputs
         self.limiter = limiter
         self.contents = contents  # noDup: digests of bodies already seen
         self.keep_raw = keep_raw  # an archival output wants the bytes as received
@@ -60,6 +60,8 @@ class Reader:
 
     async def fetch(self, site: Site, job: Job) -> None:
         """Fetch one job and count its outcome."""
+        if not self.outputs.ready:  # storage full or a slow hook: back-pressure, not memory
+            await self.outputs.wait_ready()
         if not self.robots.allowed(site, job.url):
             self.stats.count("forbiddenRobots")
             return
@@ -93,12 +95,13 @@ class Reader:
             else:
                 kind = "err50X" if status >= 500 else "err40X" if status >= 400 else "badType"
             if self.keep_raw:  # archives want every exchange, not only the successes
-                self.write_page(await self._page(site, job, resp, start))
+                self.outputs.write(await self._page(site, job, resp, start))
             return kind
         if not self._wanted_type(resp.content_type, job.url):
             return "badType"
         page = await self._page(site, job, resp, start)
         if self.contents is not None and self._seen_body(page.body):
+            self.outputs.record_duplicate(page)  # archives record a revisit
             return "duplicate"
         if page.content_type in HTML_TYPES:
             text = html_for_links(page.body, resp.headers.get("Content-Type", ""))
@@ -107,7 +110,7 @@ class Reader:
                 follow_images=self.cfg.follow_images, max_links=self.cfg.max_links_per_page,
             )
             self.stats.links_dropped += dropped
-        self.write_page(page)
+        self.outputs.write(page)
         self.input.add_links(job, job.url, page.links)
         return "success"
 

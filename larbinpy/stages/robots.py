@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
+from collections.abc import Callable
 
 import aiohttp
 from protego import Protego
@@ -29,7 +31,8 @@ from yarl import URL
 from ..body import BodyError, read_body
 from ..config import Config
 from ..netpolicy import NetworkPolicy
-from ..records import Site, SiteState
+from ..outputs import page_from_response
+from ..records import Job, Page, Site, SiteState
 from ..sites import Sites
 from ..stats import Stats
 from .dns import ip_literal
@@ -90,6 +93,8 @@ class Robots:
         self.agent = product_token(cfg.user_agent)
         # host names are checked by the crawl's resolver; IP literals must be checked here
         self.policy = NetworkPolicy(cfg.allow_networks)
+        # set when an archival output (WARC) wants robots.txt exchanges recorded too
+        self.record: Callable[[Page], None] | None = None
 
     def needs_fetch(self, site: Site, now: float) -> bool:
         """Must robots.txt be (re)fetched before the next page of this site?"""
@@ -129,7 +134,13 @@ class Robots:
         literal = ip_literal(target.raw_host or "")
         if literal is not None and not self.policy.allowed(literal):
             return None, b"", None  # the network policy refuses it: unreachable
+        started = time.monotonic()
         async with self.session.get(target, allow_redirects=False) as resp:
+            body = None
+            if self.record is not None:  # archives want every exchange, whatever its status
+                body = await read_body(resp, MAX_ROBOTS_BYTES, truncate=True, keep_raw=True)
+                self.record(page_from_response(Job(str(target), 0), resp, body, _peer(resp),
+                                               started))
             if resp.status in REDIRECTS:
                 location = resp.headers.get("Location", "")
                 nxt = target.join(URL(location)) if location else None
@@ -138,8 +149,8 @@ class Robots:
                 return resp.status, b"", str(nxt.with_fragment(None))
             if not 200 <= resp.status < 300:
                 return resp.status, b"", None
-            # RFC 9309: parse at least the first 500 KiB; ignore the rest
-            body = await read_body(resp, MAX_ROBOTS_BYTES, truncate=True)
+            if body is None:  # RFC 9309: parse at least the first 500 KiB; ignore the rest
+                body = await read_body(resp, MAX_ROBOTS_BYTES, truncate=True)
             return resp.status, body.data, None
 
     def _apply(self, site: Site, data: bytes | None, now: float) -> None:
@@ -162,3 +173,9 @@ class Robots:
             site.robots_failures = 0
         site.ready_at = max(site.ready_at, now + RETRY_DELAY)
 
+
+def _peer(resp: aiohttp.ClientResponse) -> str:
+    """The IP address a response came from ('' if unknown)."""
+    transport = resp.connection.transport if resp.connection else None
+    peer = transport.get_extra_info("peername") if transport else None
+    return peer[0] if peer else ""

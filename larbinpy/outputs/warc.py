@@ -1,0 +1,322 @@
+"""`output warc`: WARC/1.1 files (gzip per record) with each exchange as it went over the wire.
+
+Every file starts with a `warcinfo` record (software, operator `From`, user agent, a digest of
+the effective configuration). Each fetch becomes a `response` record (status line and headers
+as received, body before content-decoding, so `Content-Encoding` stays truthful) and a
+`request` record (the request line and headers sent) linked by `WARC-Concurrent-To`, with
+`WARC-Target-URI`, `WARC-Date`, `WARC-IP-Address` and SHA-1 payload and block digests. Every
+status is archived, robots.txt fetches too. A noDup duplicate whose exact payload this run has
+already archived becomes a `revisit` record pointing at the original; otherwise it is archived
+in full (a revisit must name a payload that exists).
+
+aiohttp hands the body de-chunked, so a `Transfer-Encoding` header is renamed
+`X-Larbinpy-Transfer-Encoding` in the record (a reader would otherwise de-chunk it again).
+
+Files are `saveDir/PREFIX-YYYYMMDDhhmmss-NNNNN.warc.gz`, written as `....warc.gz.open` and
+renamed when closed, so a crash never leaves a half-written file that looks complete. A new
+file starts once one reaches `warcMaxSize`. Records are written whole or not at all
+(`AppendFile`), so a disk-full pause and retry keeps the file valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import re
+import socket
+import time
+import zlib
+from collections import OrderedDict
+from datetime import UTC, datetime
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import warcio
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.timeutils import datetime_to_iso_date
+from warcio.utils import Digester
+from warcio.warcwriter import WARCWriter
+from yarl import URL
+
+from .. import __version__
+from ..config import Config, describe
+from ..records import Page
+from .files import AppendFile
+
+log = logging.getLogger("larbinpy.outputs")
+
+GZIP_LEVEL = 6  # gzip's default: 4% bigger files than 9 for half the CPU
+REVISIT_MEMORY = 100_000  # payload digests remembered for revisit records (~150 B each)
+RENAMED_TRANSFER_ENCODING = b"X-Larbinpy-Transfer-Encoding"
+
+
+def make(cfg: Config) -> WarcOutput:
+    """The output for `output warc`."""
+    return WarcOutput(
+        cfg.save_dir, prefix=cfg.warc_prefix,
+        max_size=cfg.warc_max_size, info=warcinfo_fields(cfg),
+    )
+
+
+def warcinfo_fields(cfg: Config) -> dict[str, str]:
+    """The `warcinfo` record's fields for this configuration."""
+    # the digest identifies the configuration without publishing it (nor its inputToken)
+    masked = dataclasses.replace(cfg, input_token="(set)" if cfg.input_token else None)
+    digest = hashlib.sha256(describe(masked).encode()).hexdigest()
+    return {
+        "software": f"larbinpy/{__version__} (warcio/{_warcio_version()})",
+        "format": "WARC File Format 1.1",
+        "conformsTo": "https://iipc.github.io/warc-specifications/specifications/"
+                      "warc-format/warc-1.1/",
+        "operator": cfg.from_,
+        "http-header-user-agent": cfg.user_agent,
+        "http-header-from": cfg.from_,
+        "robots": "obey" if cfg.robots else "ignore",
+        "hostname": socket.gethostname(),
+        "config-digest": f"sha256:{digest}",
+    }
+
+
+def _warcio_version() -> str:
+    """warcio's version (for the software field)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("warcio")
+    except PackageNotFoundError:  # pragma: no cover
+        return getattr(warcio, "__version__", "?")
+
+
+class RawHttpHeaders(StatusAndHeaders):
+    """HTTP status line and headers whose bytes are given, not re-serialised by warcio."""
+
+    def __init__(self, statusline: str, protocol: str, block: bytes) -> None:
+        super().__init__(statusline, [], protocol=protocol)
+        self.headers_buff = block
+
+    def compute_headers_buffer(self, header_filter: Any = None) -> None:
+        """Keep the bytes as exchanged (warcio would rebuild them from parsed headers)."""
+
+    def __bool__(self) -> bool:
+        """Always present (warcio skips "empty" headers, judging by parsed fields we lack)."""
+        return True
+
+
+def response_block(page: Page) -> bytes:
+    """Status line and headers of the response, as received, up to the blank line."""
+    line = f"{page.http_version} {page.status} {page.reason}".rstrip() + "\r\n"
+    lines = [line.encode("latin-1", "replace")]
+    for name, value in page.raw_headers or _encoded(page.headers):
+        if name.lower() == b"transfer-encoding":
+            name = RENAMED_TRANSFER_ENCODING  # the body we have is already de-chunked
+        lines.append(name + b": " + value + b"\r\n")
+    lines.append(b"\r\n")
+    return b"".join(lines)
+
+
+def request_block(page: Page) -> bytes:
+    """Request line and headers as sent (aiohttp's view of them; Host first if missing)."""
+    url = URL(page.url)
+    headers = list(_encoded(page.request_headers))
+    if not any(name.lower() == b"host" for name, _ in headers):
+        host = url.raw_host or ""
+        if url.port is not None and not url.is_default_port():
+            host = f"{host}:{url.port}"
+        headers.insert(0, (b"Host", host.encode("ascii", "replace")))
+    lines = [f"GET {url.raw_path_qs} {page.http_version}\r\n".encode("ascii", "replace")]
+    lines += [name + b": " + value + b"\r\n" for name, value in headers]
+    lines.append(b"\r\n")
+    return b"".join(lines)
+
+
+def _encoded(headers: Any) -> list[tuple[bytes, bytes]]:
+    """(name, value) byte pairs of a str mapping or multidict (empty for None)."""
+    if headers is None:
+        return []
+    items = headers.items() if hasattr(headers, "items") else headers
+    return [(str(k).encode("utf-8"), str(v).encode("utf-8")) for k, v in items]
+
+
+def _truncated(page: Page, payload: bytes) -> bool:
+    """Is the payload shorter than the Content-Length the server announced?"""
+    for name, value in page.raw_headers:
+        if name.lower() == b"content-length":
+            return value.strip().isdigit() and int(value) > len(payload)
+    return False
+
+
+def warc_date(timestamp: float) -> str:
+    """WARC/1.1 date with microseconds, UTC."""
+    moment = datetime.fromtimestamp(timestamp, UTC).replace(tzinfo=None)
+    return datetime_to_iso_date(moment, use_micros=True)
+
+
+def payload_digest(payload: bytes) -> str:
+    """The WARC payload digest of these bytes (warcio's `sha1:BASE32`)."""
+    digester = Digester("sha1")
+    digester.update(payload)
+    return str(digester)
+
+
+class WarcOutput:
+    """Rotating gzip WARC/1.1 files of every exchange."""
+
+    name = "warc"
+    archival = True
+
+    def __init__(self, save_dir: str, prefix: str = "larbinpy", max_size: int = 1 << 30,
+                 info: dict[str, str] | None = None) -> None:
+        self.root = Path(save_dir)
+        self.prefix = prefix
+        self.max_size = max_size
+        self.info = info or {"software": f"larbinpy/{__version__}"}
+        # warcio builds the records; gzip is ours (warcio's level 9 costs twice the CPU of 6)
+        self.writer = WARCWriter(None, gzip=False, warc_version="1.1")
+        self.file: AppendFile | None = None
+        self.final_name = ""
+        self.serial = -1  # found on the first file
+        self.files: list[Path] = []  # closed files, in order
+        self.records = 0
+        # payload digest -> (uri, date, record id) of 2xx responses archived, for revisits
+        self.archived: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
+
+    # --- the Output interface ---
+
+    def write(self, page: Page) -> None:
+        """A request + response pair for one exchange (any status)."""
+        self._exchange(page, duplicate=False)
+
+    def record_robots(self, page: Page) -> None:
+        """A robots.txt exchange, archived like any other."""
+        self._exchange(page, duplicate=False)
+
+    def record_duplicate(self, page: Page) -> None:
+        """A noDup duplicate: a revisit when its payload was archived, else a full response."""
+        self._exchange(page, duplicate=True)
+
+    def flush(self) -> None:
+        """Nothing buffered: each record pair is written whole when its page is."""
+
+    def close(self) -> None:
+        """Finish the current file (rename it from `.open`)."""
+        self._finish()
+
+    # --- records ---
+
+    def _exchange(self, page: Page, duplicate: bool) -> None:
+        """Build the request and response (or revisit) records and append them in one write."""
+        payload = page.raw_body if page.raw_body is not None else page.body
+        date = warc_date(page.fetched_at)
+        extra = {"WARC-Date": date}
+        if page.ip:
+            extra["WARC-IP-Address"] = page.ip
+        if _truncated(page, payload):
+            extra["WARC-Truncated"] = "length"  # robots.txt is read up to 500 KiB only
+        resp_headers = RawHttpHeaders(
+            f"{page.status} {page.reason}".rstrip(), page.http_version, response_block(page)
+        )
+        digest = payload_digest(payload)
+        original = self.archived.get(digest) if duplicate else None
+        if original is not None:
+            uri, when, record_id = original
+            resp = self.writer.create_revisit_record(
+                page.url, digest, uri, when, http_headers=resp_headers, warc_headers_dict=extra)
+            resp.rec_headers.add_header("WARC-Refers-To", record_id)
+        else:
+            resp = self.writer.create_warc_record(
+                page.url, "response", payload=BytesIO(payload), length=len(payload),
+                http_headers=resp_headers, warc_headers_dict=extra)
+        req = self.writer.create_warc_record(
+            page.url, "request", payload=BytesIO(), length=0,
+            http_headers=RawHttpHeaders(URL(page.url).raw_path_qs, "GET", request_block(page)),
+            warc_headers_dict=dict(extra))
+        data = self._serialise(req, resp)
+        self._append(data)
+        self.records += 2
+        if original is None and 200 <= page.status < 300:
+            self._remember(digest, page.url, date, resp.rec_headers.get_header("WARC-Record-ID"))
+
+    def _serialise(self, req: Any, resp: Any) -> bytes:
+        """Response then request, each its own gzip member, linked by WARC-Concurrent-To."""
+        req.rec_headers.add_header("WARC-Concurrent-To", resp.rec_headers.get_header(
+            "WARC-Record-ID"))
+        return self._member(resp) + self._member(req)
+
+    def _member(self, record: Any) -> bytes:
+        """One record as one gzip member (warcio serialises, we compress at GZIP_LEVEL)."""
+        buffer = BytesIO()
+        self.writer.out = buffer
+        self.writer.write_record(record)
+        gz = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+        return gz.compress(buffer.getvalue()) + gz.flush()
+
+    def _remember(self, digest: str, uri: str, date: str, record_id: str) -> None:
+        """Remember an archived payload for later revisits (bounded, oldest forgotten)."""
+        self.archived[digest] = (uri, date, record_id)
+        if len(self.archived) > REVISIT_MEMORY:
+            self.archived.popitem(last=False)
+
+    # --- files ---
+
+    def _append(self, data: bytes) -> None:
+        """Append records to the current file, starting a new one when needed."""
+        if self.file is not None and self.file.damaged:
+            log.error("WARC file %s.open was damaged by a failed write; starting another",
+                      self.final_name)
+            self.file.close()
+            self.file = None
+        if self.file is None:
+            self._start()
+        assert self.file is not None
+        self.file.append(data)
+        if self.file.size >= self.max_size:
+            try:
+                self._finish()
+            except OSError as exc:  # the records are written: never report this page failed
+                log.error("could not rename WARC file %s.open: %s", self.final_name, exc)
+                self.file = None
+
+    def _start(self) -> None:
+        """Open the next `.open` file and write its warcinfo record."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.serial < 0:
+            self.serial = self._last_serial()
+        self.serial += 1
+        stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
+        self.final_name = f"{self.prefix}-{stamp}-{self.serial:05d}.warc.gz"
+        path = self.root / (self.final_name + ".open")
+        self.file = AppendFile(path, exclusive=True)
+        info = self.writer.create_warcinfo_record(self.final_name, self.info)
+        try:
+            self.file.append(self._member(info))
+        except OSError:
+            self.file.close()
+            self.file = None
+            path.unlink(missing_ok=True)  # an empty file would only confuse
+            raise
+
+    def _last_serial(self) -> int:
+        """Highest serial of this prefix's files in saveDir (-1 if none): names stay unique."""
+        pattern = re.compile(re.escape(self.prefix) + r"-\d{14}-(\d{5,})\.warc\.gz(\.open)?$")
+        serials = [int(m.group(1)) for p in self.root.iterdir() if (m := pattern.match(p.name))]
+        leftovers = [p.name for p in self.root.glob(f"{self.prefix}-*.warc.gz.open")]
+        if leftovers:
+            log.warning("unfinished WARC files from an earlier run left as they are: %s",
+                        ", ".join(sorted(leftovers)))
+        return max(serials, default=-1)
+
+    def _finish(self) -> None:
+        """Close the current file and give it its final name."""
+        if self.file is None:
+            return
+        self.file.close()
+        final = self.root / self.final_name
+        if self.file.damaged:
+            log.error("WARC file %s left as .open: a failed write could not be undone", final)
+        else:
+            os.replace(self.file.path, final)
+            self.files.append(final)
+        self.file = None
