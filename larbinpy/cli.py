@@ -76,7 +76,21 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     check_runtime(cfg)
     print(describe(cfg))
+    print(hash_set_report(cfg.hash_size, cfg.hash_functions))
     return 0
+
+
+def hash_set_report(bits: int, functions: int) -> str:
+    """Expected false-positive rate of the URL hash set at a few crawl sizes."""
+    from .hashset import false_positive_rate
+
+    kind = "larbin's bitmap" if functions == 1 else f"a Bloom filter, K={functions}"
+    lines = [f"# hash set: {bits} bits ({bits / 8 / 2**20:g} MiB), {kind}"]
+    for n in (10**6, 10**7, 10**8, 10**9):
+        rate = false_positive_rate(bits, functions, n)
+        shown = f"{rate:.3%}" if rate >= 1e-4 else f"{rate:.1e}"
+        lines.append(f"#   after {n:>13,} URLs: a new URL is taken for seen with p = {shown}")
+    return "\n".join(lines)
 
 
 def crawl_parser() -> argparse.ArgumentParser:

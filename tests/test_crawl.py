@@ -214,3 +214,16 @@ async def test_private_addresses_are_refused_unless_allowed(make_web):
     await crawler.run()
     assert tw.web.hits == []
     assert crawler.stats.outcomes["deniedNetwork"] == 1
+
+
+async def test_no_dup_skips_pages_whose_body_was_already_seen(make_web, tmp_path: Path):
+    same = html("/", title="mirror")
+    tw = await make_web([Site("n.test", "127.0.0.2", {
+        "/": html("/copy1.html", "/copy2.html", "/other.html"),
+        "/copy1.html": same, "/copy2.html": same, "/other.html": html("/", title="other"),
+    })])
+    crawler = await tw.crawl(f"startUrl {tw.url('n.test')}\nnoDup\noutput save\n")
+    assert crawler.stats.outcomes["duplicate"] == 1  # one copy fetched, not output
+    assert crawler.stats.outcomes["success"] == 3
+    index = (tmp_path / "save" / "d00000" / "index").read_text()
+    assert len(index.splitlines()) == 3
