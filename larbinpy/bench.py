@@ -191,6 +191,7 @@ def crawl_config(args: argparse.Namespace, server: SynthServer, workdir: Path) -
 
 def run_crawl(config_text: str, workdir: Path) -> tuple[Run, dict[str, int]]:
     """Crawl with a fresh Crawler on a fresh loop; return its figures and its outcomes."""
+    from .cli import tune_gc
     from .config import parse_config
     from .crawler import Crawler
 
@@ -200,6 +201,7 @@ def run_crawl(config_text: str, workdir: Path) -> tuple[Run, dict[str, int]]:
     async def crawl() -> int:
         """Build the crawler on the running loop, then crawl."""
         crawlers.append(Crawler(cfg, scratch=True))
+        tune_gc()  # as `larbinpy -c` does
         return await crawlers[0].run()
 
     code, wall, cpu, sys_cpu = measured(crawl)

@@ -128,6 +128,7 @@ class Normalizer:
             else None
         )
         self._cache: dict[str, dict[str, str | None]] = {}
+        self._absolute: dict[str, str | None] = {}
         self._cache_size = 0
         self._base_key: str | None = None
         self._base_info: _BaseInfo | None = None
@@ -178,6 +179,17 @@ class Normalizer:
         self, info: _BaseInfo | None, sub: dict[str, str | None] | None, href: str
     ) -> str | None:
         """Resolve one href, answering from the (base-directory, href) cache when possible."""
+        if href[:7] == "http://" or href[:8] == "https://":
+            # absolute links do not depend on the base: one cache for every page of the crawl
+            hit = self._absolute.get(href, _SLOW)
+            if hit is not _SLOW:
+                return hit
+            result = self.normalize(href)
+            if len(self._absolute) >= _CACHE_MAX:
+                self._absolute.clear()  # bounded memory, as for the per-directory cache
+            if len(href) <= _CACHE_HREF_MAX:
+                self._absolute[href] = result
+            return result
         if sub is not None:
             hit = sub.get(href, _SLOW)
             if hit is not _SLOW:
