@@ -2,6 +2,10 @@
 
 One `TCPConnector` for the whole crawl; the opener already limits connections, so the
 connector does not; DNS comes from the DNS stage's cache through `CrawlerResolver`.
+HTTPS certificates are checked against the system store plus `caFile` unless `tlsVerify off`.
+With `proxy host port` every request goes through that proxy (aiohttp sends plain HTTP in
+absolute form and tunnels HTTPS with CONNECT); cookies (`cookies`) are kept by `cookies.py`,
+per site and bounded, not by aiohttp's unbounded jar.
 """
 
 from __future__ import annotations
@@ -33,6 +37,14 @@ def ssl_context(cfg: Config) -> ssl.SSLContext | bool:
     return ctx
 
 
+def proxy_url(cfg: Config) -> str | None:
+    """The configured proxy as a URL (None without one)."""
+    if cfg.proxy is None:
+        return None
+    host, port = cfg.proxy
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def make_session(cfg: Config, dns: Dns) -> aiohttp.ClientSession:
     """The crawl's one client session."""
     connector = aiohttp.TCPConnector(
@@ -49,7 +61,8 @@ def make_session(cfg: Config, dns: Dns) -> aiohttp.ClientSession:
         connector=connector,
         timeout=timeout,
         headers=request_headers(cfg),
-        cookie_jar=aiohttp.DummyCookieJar(),  # cookies are off unless configured (not yet)
+        cookie_jar=aiohttp.DummyCookieJar(),  # cookies.py keeps them when configured
         auto_decompress=False,  # body.py decodes, under maxPageSize, keeping the raw bytes
         skip_auto_headers=("User-Agent",),
+        proxy=proxy_url(cfg),
     )

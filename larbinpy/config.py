@@ -107,7 +107,8 @@ class Config:
     max_retries: int = 2
     max_retry_after: float = 3600.0
     max_crawl_delay: float = 60.0
-    sitemaps: bool = False  # SPEC default is on; off until sitemaps are implemented (issue 8)
+    sitemaps: bool = True
+    sitemap_priority: int = 0  # priority of the URLs sitemaps list
     follow_images: bool = False
     any_type: bool = False
     cookies: bool = False
@@ -340,6 +341,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "maxretryafter": ("max_retry_after", "value", parse_float),
     "maxcrawldelay": ("max_crawl_delay", "value", parse_float),
     "sitemaps": ("sitemaps", "value", parse_onoff),
+    "sitemappriority": ("sitemap_priority", "value", parse_int),
     "followimages": ("follow_images", "flag", bool),
     "anytype": ("any_type", "flag", bool),
     "cookies": ("cookies", "flag", bool),
@@ -352,13 +354,7 @@ KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
 
 # Keys whose behaviour is a later issue's: accepted only with the value that means "off",
 # so a configuration never silently asks for something larbinpy does not do yet.
-NOT_SUPPORTED_YET: dict[str, Callable[[Config], bool]] = {
-    "proxy": lambda c: c.proxy is not None,
-    "cluster": lambda c: c.cluster is not None,
-    "cookies": lambda c: c.cookies,
-    "sitemaps": lambda c: c.sitemaps,
-    "proxydns": lambda c: c.proxy_dns != "proxy",
-}
+NOT_SUPPORTED_YET: dict[str, Callable[[Config], bool]] = {}
 
 # (key, smallest allowed value, largest allowed value or None)
 RANGES: list[tuple[str, float, float | None]] = [
@@ -371,7 +367,7 @@ RANGES: list[tuple[str, float, float | None]] = [
     ("maxbandwidth", 0, None), ("percall", 1, None), ("robotsttl", 0, None),
     ("maxlinksperpage", 0, None), ("checkpointinterval", 0.1, None), ("inputmaxbody", 1, None),
     ("inputmaxurls", 1, None), ("maxretries", 0, 100), ("maxretryafter", 0, None),
-    ("maxcrawldelay", 0, None),
+    ("maxcrawldelay", 0, None), ("sitemappriority", 0, 1000),
 ]
 
 
@@ -486,9 +482,14 @@ def validate(cfg: Config) -> None:
             raise cfg.error(key, f"{SPELLING[key]}: not supported yet in this version of larbinpy")
     if "none" in cfg.outputs and len(cfg.outputs) > 1:
         raise cfg.error("output", "output none cannot be combined with other outputs")
+    if cfg.ca_file is not None and not Path(cfg.ca_file).is_file():
+        raise cfg.error("cafile", f"caFile {cfg.ca_file}: no such file")
     if cfg.input_token is not None and not cfg.input_token.strip():
         # an empty token would accept anyone while looking protected
         raise cfg.error("inputtoken", "inputToken must not be empty")
+    if cfg.cluster is not None and not re.match(r"(redis|rediss|unix)://", cfg.cluster):
+        raise cfg.error("cluster", f"cluster must be a redis://host:port/db URL, got "
+                                   f"{cfg.cluster!r}")
 
 
 # How each key is spelled in larbin.conf (the parser itself is case-insensitive).
@@ -500,8 +501,8 @@ SPELLING = {k.lower(): k for k in (
     "timeoutConnect timeoutRead timeoutTotal minRate maxBandwidth perCall exitAtEnd httpHost "
     "inputToken seedFile robots robotsTtl noDup allowNetworks stripParams maxLinksPerPage "
     "checkpointInterval inputMaxBody inputMaxUrls logFile tlsVerify caFile ipVersion proxyDns "
-    "maxRetries maxRetryAfter maxCrawlDelay sitemaps followImages anyType cookies cgiLevel "
-    "depthBySite cluster clusterName nodeId startUrl proxy"
+    "maxRetries maxRetryAfter maxCrawlDelay sitemaps sitemapPriority followImages anyType cookies "
+    "cgiLevel depthBySite cluster clusterName nodeId startUrl proxy"
 ).split()}
 
 

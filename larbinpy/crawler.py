@@ -58,7 +58,7 @@ class Crawler:
         self.state = StateDir(
             cfg.state_dir,
             {"hashSize": cfg.hash_size, "hashFunctions": cfg.hash_functions},
-            scratch,
+            scratch or cfg.cluster is not None,  # cluster: the queues live in Redis
         )
         self.seen = BitmapSeenSet(self.state.bitmap_path("seen"), cfg.hash_size, cfg.hash_functions)
         self.contents = (
@@ -94,6 +94,12 @@ class Crawler:
         self.loading = 0  # seed sources still being read
         self.stop_requested = False
         self._changed = asyncio.Event()
+        # --- cluster (larbinpy/cluster): Redis seen-set, site ownership, streams ---
+        self.cluster = None
+        if cfg.cluster is not None:
+            from .cluster import Cluster
+
+            self.cluster = Cluster(self)  # wires input.admit, sites.forward, reader.fetch
 
     # --- "is the crawl done?" ---
 
@@ -106,6 +112,7 @@ class Crawler:
             and self.dns.waiting_sites == 0
             and self.opener.in_flight == 0
             and self.outputs.backlog() == 0  # a full disk pauses the crawl; it is not done
+            and (self.cluster is None or self.cluster.idle())  # nothing on its way to Redis
         )
 
     def changed(self) -> None:
@@ -131,6 +138,8 @@ class Crawler:
         self._install_signals()
         ports = Ports(self)
         try:
+            if self.cluster is not None:
+                await self.cluster.start()
             await ports.start()
             await self._load_seeds()
             await self._wait_until_done()
@@ -138,6 +147,8 @@ class Crawler:
         finally:
             await ports.stop()
             await session.close()
+            if self.cluster is not None:
+                await self.cluster.close()  # no-op after a clean stop; else like a kill -9
             self._close()
         self.progress.summary()
         return 0
@@ -178,8 +189,12 @@ class Crawler:
         while True:
             await self._changed.wait()
             self._changed.clear()
-            if self.stop_requested or (self.cfg.exit_at_end and self.idle()):
+            if self.stop_requested or (self.cfg.exit_at_end and self._done()):
                 return
+
+    def _done(self) -> bool:
+        """exitAtEnd: this crawl is done; in a cluster, the whole cluster is."""
+        return self.cluster.done if self.cluster is not None else self.idle()
 
     async def _stop(self, tasks: list[asyncio.Task[None]]) -> None:
         """No new fetches; let running ones finish (bounded), then cancel and checkpoint."""
@@ -192,6 +207,8 @@ class Crawler:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.cluster is not None:
+            await self.cluster.stop()  # flush to Redis, then leave (handing over if not done)
         await self.outputs.drain()
         self.checkpoint()
 

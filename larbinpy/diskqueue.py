@@ -6,7 +6,8 @@ a few jobs of each site in memory and send the rest to `SiteSpill` (`stateDir/sp
 depends on the number of priorities and sites, never on the number of queued URLs.
 
 Crash contract (shared by both classes):
-- every file holds whole job lines (`priority\\tdepth\\thops\\turl\\n`, as in `state.py`), only
+- every file holds whole job lines (`priority\\tdepth\\thops\\turl\\n`, the hops field being
+  `hops:tag:kind:retries` for tagged, sitemap or retried jobs, as in `state.py`), only
   ever appended; once `flush()` returns, the bytes are in the kernel, so a `kill -9` keeps them
   (no fsync on the hot path; `sync()` fsyncs, for the checkpoint and power loss);
 - a read cursor is `(file number, byte offset of the next job)`: the checkpoint saves cursors
@@ -34,7 +35,7 @@ from pathlib import Path
 import xxhash
 
 from .records import Job
-from .state import StateError
+from .state import StateError, hops_field, make_job
 
 SEGMENT_BYTES = 4 << 20  # a FIFO segment is closed past this size ...
 SEGMENT_JOBS = 65_536  # ... or this many jobs
@@ -49,8 +50,8 @@ SPILL_FDS = 64  # spill files kept open (LRU)
 
 Position = tuple[int, int]
 
-# A line start that is not followed by three integers and a tab: a malformed job line.
-_BAD_LINE = re.compile(rb"(?m)^(?!-?[0-9]+\t-?[0-9]+\t-?[0-9]+\t)")
+# A line start not followed by two integers, a hops field and a tab: a malformed job line.
+_BAD_LINE = re.compile(rb"(?m)^(?!-?[0-9]+\t-?[0-9]+\t-?[0-9]+(?:(?::-?[0-9]+){3})?\t)")
 _SEGMENT = re.compile(r"(.+)\.([0-9]+)\.seg")
 _SPILL = re.compile(r"([0-9a-f]{32})\.([0-9]+)\.spill")
 
@@ -60,7 +61,9 @@ _SPILL = re.compile(r"([0-9a-f]{32})\.([0-9]+)\.spill")
 
 def _encode(jobs: list[Job]) -> str:
     """Job lines as one string; refuses a URL with a newline, which would split its line."""
-    text = "".join([f"{j.priority}\t{j.depth}\t{j.hops}\t{j.url}\n" for j in jobs])
+    text = "".join([
+        f"{j.priority}\t{j.depth}\t{hops_field(j) if j.tag or j.kind or j.retries else j.hops}"
+        f"\t{j.url}\n" for j in jobs])
     if text.count("\n") != len(jobs):
         raise ValueError("a job URL contains a newline")
     return text
@@ -81,8 +84,7 @@ def _parse(line: bytes, path: Path | str, offset: int) -> Job:
     """One job line (without its newline); StateError names the file and offset if malformed."""
     parts = line.split(b"\t", 3)
     try:
-        return Job(parts[3].decode("utf-8", "surrogateescape"), int(parts[1]), int(parts[0]),
-                   int(parts[2]))
+        return make_job(parts[3].decode("utf-8", "surrogateescape"), parts[0], parts[1], parts[2])
     except (IndexError, ValueError):
         raise StateError(f"{path}: malformed job line at byte {offset}; use --scratch") from None
 
@@ -310,8 +312,11 @@ class SegmentFifo:
         self._count -= 1
         parts = line.split(b"\t", 3)
         try:
-            return Job(parts[3].decode("utf-8", "surrogateescape"), int(parts[1]), int(parts[0]),
-                       int(parts[2]))
+            url = parts[3].decode("utf-8", "surrogateescape")
+            try:
+                return Job(url, int(parts[1]), int(parts[0]), int(parts[2]))
+            except ValueError:  # a tagged, sitemap or retried job (`hops:tag:kind:retries`)
+                return make_job(url, parts[0], parts[1], parts[2])
         except (IndexError, ValueError):
             raise StateError(f"{self._path(self._rseq)}: malformed job line at byte {offset}; "
                              "use --scratch") from None

@@ -3,6 +3,10 @@
 - `httpPort` (read-only): `GET /` the status page, `GET /status.json`, `GET /metrics`.
 - `inputPort` (write): `POST /urls` hands URLs to the input stage, JSON or larbin's text form.
 They may share one port. Bad requests get a 4xx with a reason and queue nothing.
+
+A URL may carry an integer tag (larbin's URL_TAGS), kept across redirects and written by the
+`save` and `links` outputs: JSON `"tag": N` for every URL of the body, or `{"url": u, "tag": N}`
+items; text `?tag=N` (or `tag:N` in larbin's first line) for every URL, or `URL N` on a line.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ if TYPE_CHECKING:
     from .crawler import Crawler
 
 MAX_PRIORITY = 1000  # priorities are FIFO names: keep their number small
+TAG_MIN, TAG_MAX = -(2**31), 2**31 - 1  # larbin's tags are C ints
 
 
 class BadSubmission(Exception):
@@ -36,7 +41,7 @@ class BadSubmission(Exception):
 class Submission:
     """A parsed POST /urls."""
 
-    urls: list[str]
+    urls: list[str | tuple[str, int]]  # a URL, or (URL, tag)
     priority: int = 0
     depth: int | None = None
     force: bool = False
@@ -72,21 +77,47 @@ def parse_json_body(body: bytes) -> Submission:
         raise BadSubmission(400, f"malformed JSON: {exc}") from None
     if not isinstance(data, dict):
         raise BadSubmission(400, "the body must be a JSON object")
-    unknown = set(data) - {"urls", "priority", "depth", "force"}
+    unknown = set(data) - {"urls", "priority", "depth", "force", "tag"}
     if unknown:
         raise BadSubmission(400, f"unknown fields: {', '.join(sorted(unknown))}")
     urls = data.get("urls")
-    if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+    if not isinstance(urls, list):
         raise BadSubmission(400, "urls must be a list of strings")
+    tag = _tag(data.get("tag", 0))
     return Submission(
-        urls,
+        [_json_url(u, tag) for u in urls],
         _int_param(data.get("priority", 0), "priority", 0, MAX_PRIORITY),
         _int_param(data["depth"], "depth", 0) if data.get("depth") is not None else None,
         _bool_param(data.get("force", False), "force"),
     )
 
 
-_LARBIN_HEADER = re.compile(r"^\s*(priority|depth|test):", re.I)
+def _tag(value: Any) -> int:
+    """A URL tag, or a 400."""
+    return _int_param(value, "tag", TAG_MIN, TAG_MAX)
+
+
+def _json_url(item: Any, tag: int) -> str | tuple[str, int]:
+    """One item of JSON `urls`: a string, or {"url": ..., "tag": ...}."""
+    if isinstance(item, str):
+        return (item, tag) if tag else item
+    if isinstance(item, dict) and isinstance(item.get("url"), str) and set(item) <= {"url", "tag"}:
+        return item["url"], _tag(item.get("tag", tag))
+    raise BadSubmission(400, 'urls must be strings or {"url": ..., "tag": ...} objects')
+
+
+_LINE_TAG = re.compile(r"^(\S+)\s+(-?\d{1,10})$")
+
+
+def _text_url(line: str, tag: int) -> str | tuple[str, int]:
+    """One line of a text body: `URL` or `URL TAG`."""
+    m = _LINE_TAG.match(line)
+    if m is not None:
+        return m.group(1), _tag(m.group(2))
+    return (line, tag) if tag else line
+
+
+_LARBIN_HEADER = re.compile(r"^\s*(priority|depth|test|tag):", re.I)
 
 
 def parse_text_body(body: bytes, query: dict[str, str]) -> Submission:
@@ -98,7 +129,9 @@ def parse_text_body(body: bytes, query: dict[str, str]) -> Submission:
     params: dict[str, str] = dict(query)
     if lines and _LARBIN_HEADER.match(lines[0]):
         params.update(_larbin_header(lines.pop(0)))
-    urls = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    tag = _tag(params.get("tag", "0"))
+    urls = [_text_url(line.strip(), tag) for line in lines
+            if line.strip() and not line.lstrip().startswith("#")]
     return Submission(
         urls,
         _int_param(params.get("priority", "0"), "priority", 0, MAX_PRIORITY),
@@ -108,11 +141,12 @@ def parse_text_body(body: bytes, query: dict[str, str]) -> Submission:
 
 
 def _larbin_header(line: str) -> dict[str, str]:
-    """larbin's input header `priority:1 depth:3 test:0` as parameters (test means force)."""
+    """larbin's input header `priority:1 depth:3 test:0` (and `tag:N`) as parameters (test
+    means force)."""
     out: dict[str, str] = {}
     for word in line.split():
         key, sep, value = word.partition(":")
-        if not sep or key.lower() not in ("priority", "depth", "test"):
+        if not sep or key.lower() not in ("priority", "depth", "test", "tag"):
             raise BadSubmission(400, f"bad larbin header word {word!r}")
         out["force" if key.lower() == "test" else key.lower()] = value
     return out

@@ -23,6 +23,13 @@ class Job:
     depth: int
     priority: int = 0
     hops: int = 0  # redirects followed to reach this URL
+    tag: int = 0  # larbin's URL_TAGS: given with a submitted URL, kept across redirects
+    kind: int = 0  # PAGE or SITEMAP (a sitemap is parsed for URLs, not output as a page)
+    retries: int = 0  # times a 429/503 sent it back to its site's queue
+
+
+PAGE = 0
+SITEMAP = 1
 
 
 class SiteState(enum.Enum):
@@ -59,6 +66,7 @@ class Site:
     robots_expires: float = 0.0  # 0: robots.txt still to fetch before any page
     robots_failures: int = 0
     delay: float = 0.0  # seconds between fetches: max(waitDuration, Crawl-delay)
+    backoffs: int = 0  # 429/503 answers in a row: the exponent of its back-off
     in_flight: int = 0
     ready_at: float = 0.0
     pages: int = 0

@@ -39,10 +39,14 @@ class Sites:
         self.idle: dict[str, None] = {}  # sites with nothing to do, oldest first
         self.on_new_site: Callable[[Site], None] = lambda site: None
         self.on_job: Callable[[Site], None] = lambda site: None
+        # cluster: True when another node owns the job's site (and the job was sent there)
+        self.forward: Callable[[str, Job], bool] | None = None
 
     def enqueue(self, job: Job, now: float) -> None:
         """Put a job on its site's queue, creating the site (and asking DNS) when new."""
         key = site_key(job.url)
+        if self.forward is not None and self.forward(key, job):
+            return
         site = self.by_key.get(key)
         if site is None:
             site = self._create(key)
@@ -81,6 +85,12 @@ class Sites:
         else:
             self.spill.push(site.key, [job])
         self.queued += 1
+
+    def requeue(self, site: Site, job: Job) -> None:
+        """Put back a job taken but not fetched, at the head of its site's queue."""
+        site.queue.appendleft(job)
+        self.queued += 1
+        self.in_memory += 1
 
     def has_work(self, site: Site) -> bool:
         """Does the site have jobs waiting (in memory or spilled)?"""

@@ -48,9 +48,37 @@ class Saved:
     fresh: bool = True  # no checkpoint at all: a new crawl
 
 
+def hops_field(job: Job) -> str:
+    """The third field of a job line: `hops`, or `hops:tag:kind:retries` when one is set.
+
+    Lines of untagged page jobs are exactly the old `priority\tdepth\thops\turl` format, and
+    old lines parse unchanged (the URL stays last, so it may hold any character but a newline).
+    """
+    if job.tag or job.kind or job.retries:
+        return f"{job.hops}:{job.tag}:{job.kind}:{job.retries}"
+    return str(job.hops)
+
+
+def parse_hops(text: str | bytes) -> tuple[int, int, int, int]:
+    """(hops, tag, kind, retries) of a third field; ValueError when malformed."""
+    parts = text.split(b":" if isinstance(text, bytes) else ":")
+    if len(parts) != 4:
+        raise ValueError(f"bad hops field {text!r}")
+    return int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3])
+
+
+def make_job(url: str, priority: str | bytes, depth: str | bytes, hops: str | bytes) -> Job:
+    """A Job from the fields of a line; ValueError when a number is malformed."""
+    try:
+        return Job(url, int(depth), int(priority), int(hops))
+    except ValueError:  # the rare tagged (or sitemap) job: only it pays for the split
+        h, tag, kind, retries = parse_hops(hops)
+        return Job(url, int(depth), int(priority), h, tag, kind, retries)
+
+
 def _line(job: Job) -> str:
-    """A job as one text line: priority, depth, hops, URL."""
-    return f"{job.priority}\t{job.depth}\t{job.hops}\t{job.url}\n"
+    """A job as one text line: priority, depth, hops[:tag:kind:retries], URL."""
+    return f"{job.priority}\t{job.depth}\t{hops_field(job)}\t{job.url}\n"
 
 
 def _job(line: str) -> Job | None:
@@ -59,7 +87,7 @@ def _job(line: str) -> Job | None:
     if len(parts) != 4 or not line.endswith("\n"):
         return None
     try:
-        return Job(parts[3], int(parts[1]), int(parts[0]), int(parts[2]))
+        return make_job(parts[3], parts[0], parts[1], parts[2])
     except ValueError:
         return None
 

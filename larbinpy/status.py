@@ -50,6 +50,10 @@ def snapshot(crawler: Crawler) -> dict[str, Any]:
             {"t": round(t - stats.started, 1), "pages": p, "bytes": b}
             for t, p, b in list(stats.samples)[-300:]
         ],
+        "tls_verify": crawler.cfg.tls_verify,
+        "proxy": "{}:{}".format(*crawler.cfg.proxy) if crawler.cfg.proxy else None,
         "idle": crawler.idle(),
+        # scale-out: this node's id, every node's figures and the totals (cluster/__init__.py)
+        "cluster": crawler.cluster.status() if crawler.cluster is not None else None,
         "stopping": crawler.stop_requested,
     }

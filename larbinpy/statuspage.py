@@ -74,6 +74,9 @@ def render_html(s: dict[str, Any]) -> str:
         ("DNS queries", s["dns_queries"]),
         ("robots.txt fetched / refusals", f'{s["robots_fetches"]} / {s["robots_refusals"]}'),
         ("uptime", f'{s["uptime_s"]:.0f} s'),
+        ("HTTPS certificates", "checked" if s.get("tls_verify", True)
+         else "NOT CHECKED (tlsVerify off)"),
+        ("proxy", s.get("proxy") or "none"),
         ("state", _state(s)),
     ]
     queues = [(f"priority {p}", n) for p, n in s["queued_per_priority"].items()] or [
@@ -88,6 +91,7 @@ font-weight:normal;color:#555}}td{{font-family:monospace}}table{{margin-bottom:1
 <h1>larbinpy {html.escape(s["version"])}</h1>
 {_chart(s["history"])}
 <h2>Crawl</h2><table id="crawl">{_rows(main)}</table>
+{_cluster_html(s.get("cluster"))}
 <h2>Queued per priority</h2><table id="queues">{_rows(queues)}</table>
 <h2>Fetch outcomes</h2><table id="outcomes">{_rows(outcomes)}</table>
 <p>Also: <a href="/status.json">status.json</a>, <a href="/metrics">metrics</a>.</p>
@@ -127,6 +131,8 @@ class _Snapshot:
                                 value=s["connections_open"])
         yield GaugeMetricFamily("larbinpy_uptime_seconds", "Seconds since start",
                                 value=s["uptime_s"])
+        yield GaugeMetricFamily("larbinpy_tls_verify", "1 when HTTPS certificates are checked",
+                                value=1 if s.get("tls_verify", True) else 0)
         yield GaugeMetricFamily("larbinpy_idle", "1 when nothing is queued or in flight",
                                 value=1 if s["idle"] else 0)
 
@@ -136,8 +142,54 @@ def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(name, doc, value=value)
 
 
+# --- scale-out: the cluster's figures (only when `cluster` is set) ---
+
+_NODE_COLUMNS = ("pages", "success", "errors", "urls_seen", "queued", "pages_per_s",
+                 "round_trips")
+
+
+def _cluster_html(c: dict[str, Any] | None) -> str:
+    """The cluster's totals and one row per node (empty without a cluster)."""
+    if not c:
+        return ""
+    head = "".join(f"<th>{k.replace('_', ' ')}</th>" for k in ("node", "live", *_NODE_COLUMNS))
+    rows = [("total", f"{len(c['live'])} live")] + [(n, "yes" if f.get("live") else "no")
+                                                     for n, f in c["nodes"].items()]
+    figures = {"total": c["totals"], **c["nodes"]}
+    body = "".join(
+        f"<tr><td>{html.escape(n)}{' (this node)' if n == c['node'] else ''}</td>"
+        f"<td>{live}</td>"
+        + "".join(f"<td>{html.escape(str(figures[n].get(k, '')))}</td>" for k in _NODE_COLUMNS)
+        + "</tr>" for n, live in rows)
+    return (f'<h2>Cluster {html.escape(c["name"])}</h2><table id="cluster">'
+            f"<tr>{head}</tr>{body}</table>")
+
+
+class _NodeSnapshot(_Snapshot):
+    """In a cluster: every metric labelled with this node, plus every node's figures."""
+
+    def collect(self) -> Any:
+        """This node's metrics with a `node` label, then larbinpy_cluster_* by node."""
+        c = self.s["cluster"]
+        for family in super().collect():
+            family.samples = [x._replace(labels={**x.labels, "node": c["node"]})
+                              for x in family.samples]
+            yield family
+        for name, doc, kind in (("pages", "Responses read", "counter"),
+                                ("success", "Pages fetched with success", "counter"),
+                                ("urls_seen", "URLs accepted by the shared seen-set", "counter"),
+                                ("round_trips", "Redis round trips", "counter"),
+                                ("queued", "URLs queued", "gauge"),
+                                ("live", "1 while the node heartbeats", "gauge")):
+            family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
+                f"larbinpy_cluster_{name}", f"{doc}, by node (from Redis)", labels=["node"])
+            for node, figures in c["nodes"].items():
+                family.add_metric([node], float(figures.get(name, 0)))
+            yield family
+
+
 def metrics_text(s: dict[str, Any]) -> tuple[bytes, str]:
     """Prometheus exposition text and its content type."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(s))
+    registry.register(_NodeSnapshot(s) if s.get("cluster") else _Snapshot(s))
     return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -17,7 +17,7 @@ import pytest
 from larbinpy import diskqueue
 from larbinpy.diskqueue import DiskFrontier, SegmentFifo, SiteSpill, bench_frontier
 from larbinpy.records import Job
-from larbinpy.state import StateError
+from larbinpy.state import StateDir, StateError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -103,6 +103,37 @@ def test_urls_with_tabs_and_non_ascii_survive_the_round_trip(tmp_path: Path) -> 
     fifo.flush()
     assert list(SegmentFifo(tmp_path, "q").jobs()) == jobs
     assert drain(fifo) == jobs
+
+
+TAGGED = [Job("http://h.test/t", 3, 1, 2, tag=42), Job("http://h.test/s.xml", 2, 0, 0, kind=1),
+          Job("http://h.test/r", 1, 0, 0, tag=-7, retries=2), Job("http://h.test/plain", 5)]
+
+
+def test_tags_kinds_and_retries_survive_fifo_spill_and_checkpoint(tmp_path: Path) -> None:
+    fifo = SegmentFifo(tmp_path / "f", "q")
+    fifo.push(TAGGED)
+    fifo.flush()
+    assert list(SegmentFifo(tmp_path / "f", "q").jobs()) == TAGGED
+    assert drain(fifo) == TAGGED
+    spill = SiteSpill(tmp_path / "s")
+    spill.push("http://h.test", TAGGED)
+    spill.flush()
+    assert spill.pop_many("http://h.test", 10) == TAGGED
+    state = StateDir(str(tmp_path / "st"), {}, scratch=True)
+    state.write_checkpoint({}, {}, TAGGED)
+    assert state.load().jobs == TAGGED
+
+
+def test_old_job_lines_still_parse_and_untagged_lines_are_unchanged(tmp_path: Path) -> None:
+    fifo = SegmentFifo(tmp_path, "q")
+    fifo.push([Job("http://h.test/plain", 5, 1, 2)])
+    fifo.flush()
+    name = next(p for p in tmp_path.iterdir() if p.suffix == ".seg")
+    assert name.read_bytes() == b"1\t5\t2\thttp://h.test/plain\n"  # the old format, as is
+    with open(name, "ab") as f:  # a line written by an older larbinpy, and a tagged one
+        f.write(b"0\t4\t0\thttp://h.test/old\n0\t4\t1:9:0:0\thttp://h.test/new\n")
+    assert list(SegmentFifo(tmp_path, "q").jobs())[1:] == [
+        Job("http://h.test/old", 4, 0, 0), Job("http://h.test/new", 4, 0, 1, tag=9)]
 
 
 def test_a_url_with_a_newline_is_refused(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """`output links`: the link graph as JSON lines in `saveDir/links.jsonl` (larbin's LINKS_INFO).
 
 One line per fetched page: url, final url, status, depth (remaining depth budget, larbin's
-meaning), content type, bytes, fetch time (seconds), fetch date and out-links.
+meaning), content type, bytes, fetch time (seconds), fetch date, out-links and the URL's tag
+(larbin's URL_TAGS; 0 when it was submitted without one).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class LinksOutput:
             "fetch_time": round(page.elapsed, 4),
             "fetched_at": round(page.fetched_at, 3),
             "links": page.links,
+            "tag": page.job.tag,
         }
         if self.file is None:
             self.file = AppendFile(self.path)

@@ -1,6 +1,7 @@
 """`output save`, larbin's SIMPLE_SAVE: bodies in `saveDir/dNNNNN/fNNNNN`, an index per folder.
 
-Each folder holds at most `FILES_PER_DIR` pages and an `index` file of lines `fNNNNN URL`.
+Each folder holds at most `FILES_PER_DIR` pages and an `index` file of lines `fNNNNN URL`, or
+`fNNNNN URL TAG` for a page whose URL was submitted with a tag (larbin's URL_TAGS).
 A restarted crawl continues after the last folder instead of overwriting it. Nothing is
 created before the first page, so an unwritable saveDir pauses the crawl (see `Outputs`)
 instead of stopping it at start.
@@ -61,7 +62,9 @@ class SaveOutput:
         name = f"f{self.file_no:05d}"
         (folder / name).write_bytes(page.body)  # a failed write is redone whole on retry
         assert self.index is not None
-        self.index.append(f"{name} {page.url}\n".encode())
+        tag = page.job.tag
+        line = f"{name} {page.url} {tag}\n" if tag else f"{name} {page.url}\n"
+        self.index.append(line.encode())
         self.file_no += 1
 
     def flush(self) -> None:

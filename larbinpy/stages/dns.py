@@ -8,8 +8,15 @@ HTTP client (`CrawlerResolver`), so a fetch never makes a DNS query of its own.
 
 A failure (NXDOMAIN, no address, or a server that never answers) is cached for NEGATIVE_TTL:
 the site's queued URLs are dropped as noDNS, and URLs arriving meanwhile are dropped without a
-query. A query waits at most min(QUERY_TIMEOUT, `timeoutConnect`) per try, QUERY_TRIES tries,
-and a timed-out A query is not followed by an AAAA one, so a dead server costs one bounded wait.
+query. A query waits at most min(QUERY_TIMEOUT, `timeoutConnect`) per try, QUERY_TRIES tries.
+`ipVersion 4` asks A only, `6` AAAA only, `any` A and then AAAA when A gave no address (a
+host with both is reached over IPv4, one query; an IPv6-only host costs two); a timed-out A
+query is not followed by an AAAA one, so a dead server costs one bounded wait.
+
+The per-IP politeness clock of a site is keyed by its first allowed address, an IPv6 address by
+its /64 (one host usually owns a whole /64, so its addresses share one clock). With `proxy` and
+`proxyDns proxy` (the default), host names are the proxy's to resolve, as in larbin: a site is
+handed on at once, its politeness clock keyed by host name; `proxyDns local` resolves here too.
 """
 
 from __future__ import annotations
@@ -64,6 +71,8 @@ class Dns:
         self.queue: asyncio.Queue[str] = asyncio.Queue()
         self.waiting_sites = 0
         self._resolver: aiodns.DNSResolver | None = None
+        # with a proxy, host names are the proxy's to resolve unless `proxyDns local`
+        self.proxied = cfg.proxy is not None and cfg.proxy_dns == "proxy"
 
     def start(self) -> list[asyncio.Task[None]]:
         """Create the resolver and the `dnsConnexions` workers."""
@@ -76,6 +85,9 @@ class Dns:
     def submit(self, site: Site) -> None:
         """A site needs its address: look it up (or join the lookup in flight)."""
         site.state = SiteState.DNS
+        if self.proxied and ip_literal(site.host) is None:
+            self._via_proxy(site)
+            return
         self.waiting_sites += 1
         fut = self.lookup(site.host)
         if fut.done():
@@ -83,11 +95,21 @@ class Dns:
         else:
             fut.add_done_callback(lambda f: self._resolved(site, f))
 
+    def _via_proxy(self, site: Site) -> None:
+        """The proxy resolves this host: on to robots.txt (or ready) without a query."""
+        site.ip = self.sites.ip_slot("host " + site.host)
+        site.state = SiteState.ROBOTS if self.cfg.robots else SiteState.READY
+        self.on_resolved(site)
+
     def lookup(self, host: str) -> asyncio.Future[list[str]]:
         """Addresses of a host ([] if it failed): cached, shared in flight, or queued."""
         loop = asyncio.get_running_loop()
         literal = ip_literal(host)
-        hit = ([literal], None) if literal else self._cached(host, loop.time())
+        if literal and not self._family_ok(literal):
+            literal = None  # an address of the family ipVersion excludes: no usable address
+            hit: tuple[list[str], None] | None = ([], None)
+        else:
+            hit = ([literal], None) if literal else self._cached(host, loop.time())
         if hit is not None:
             fut: asyncio.Future[list[str]] = loop.create_future()
             fut.set_result(hit[0])
@@ -98,6 +120,11 @@ class Dns:
             fut = self.inflight[host] = loop.create_future()
             self.queue.put_nowait(host)
         return fut
+
+    def _family_ok(self, ip: str) -> bool:
+        """Is this address of a family `ipVersion` allows?"""
+        version = self.cfg.ip_version
+        return version == "any" or (":" in ip) == (version == "6")
 
     def _cached(self, host: str, now: float) -> tuple[list[str], None] | None:
         """A cache entry still valid, else None."""
@@ -119,7 +146,7 @@ class Dns:
             self.sites.drop(site, site.dead_reason)
             self.sites.rest(site)
         else:
-            site.ip = self.sites.ip_slot(allowed[0])
+            site.ip = self.sites.ip_slot(politeness_key(allowed[0]))
             site.state = SiteState.ROBOTS if self.cfg.robots else SiteState.READY
         self.on_resolved(site)
 
@@ -157,11 +184,24 @@ class Dns:
             self._resolver.cancel()
 
 
+def politeness_key(ip: str) -> str:
+    """The key of an address's politeness clock: itself, or its /64 for IPv6."""
+    addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.ipv4_mapped is not None:  # an IPv4 host written the IPv6 way
+            return str(addr.ipv4_mapped)
+        return str(ipaddress.IPv6Network((addr, 64), strict=False))
+    return ip
+
+
 class CrawlerResolver(AbstractResolver):
     """aiohttp's resolver, answered from the DNS stage's cache and the network policy."""
 
     def __init__(self, dns: Dns) -> None:
         self.dns = dns
+        # the operator chose the proxy: it may live on a network the policy denies to URLs
+        proxy = dns.cfg.proxy
+        self.trusted = proxy[0].strip("[]").lower() if proxy else None
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
@@ -170,6 +210,8 @@ class CrawlerResolver(AbstractResolver):
         ips = await self.dns.lookup(host)
         if not ips:
             raise OSError(f"cannot resolve {host}")
+        if host.lower() == self.trusted:
+            return [_result(host, ip, port) for ip in ips]
         allowed = [ip for ip in ips if self.dns.policy.allowed(ip)]
         if not allowed:
             raise DeniedNetworkError(f"{host} resolves to a denied network")

@@ -2,7 +2,9 @@
 
 Each URL is normalized, scoped, then tested against the seen-set; only new URLs become jobs
 on the priority FIFOs. Links of a page come in as one batch, so de-duplication, scope and
-the seen-set cost one pass per page, not one trip through a queue per link.
+the seen-set cost one pass per page, not one trip through a queue per link. Submitted URLs may
+carry a tag (larbin's URL_TAGS), which a redirect passes on to its target. Sitemaps (listed
+in robots.txt, or by a sitemap index) and the URLs they list come in here too, like links.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from ..config import Config
 from ..frontier import Frontier
 from ..hashset import SeenSet
-from ..records import Job
+from ..records import SITEMAP, Job
 from ..scope import Scope
 from ..stats import Stats
 from ..urls import Normalizer, site_key
@@ -53,26 +55,31 @@ class Input:
         self.frontier = frontier
         self.stats = stats
         self.on_queued: Callable[[], None] = lambda: None
+        # cluster: the seen test and the queueing are one Redis round trip (cluster/redis_seen)
+        self.admit: Callable[[list[Job], bool], None] | None = None
 
     def submit(
-        self, urls: Iterable[str], priority: int = 0, depth: int | None = None, force: bool = False
+        self, urls: Iterable[str | tuple[str, int]], priority: int = 0, depth: int | None = None,
+        force: bool = False,
     ) -> Submission:
-        """Seeds and submissions: queue the new ones, say why each other one was refused."""
+        """Seeds and submissions (a URL or a (URL, tag) pair): queue the new ones, say why each
+        other one was refused."""
         depth = self.cfg.depth_in_site if depth is None else depth
-        candidates: dict[str, str] = {}  # normalized -> as given
+        candidates: dict[str, tuple[str, int]] = {}  # normalized -> (as given, tag)
         rejected: list[tuple[str, str]] = []
-        for raw in urls:
+        for item in urls:
+            raw, tag = (item, 0) if isinstance(item, str) else item
             url = self.normalizer.normalize(raw.strip())
             reason = "invalid" if url is None else self.scope.check(url)
             if reason:
                 rejected.append((raw, REASONS[reason]))
             elif url not in candidates:
-                candidates[url] = raw
+                candidates[url] = (raw, tag)
         fresh = list(candidates) if force else self.seen.missing(list(candidates))
         fresh_set = set(fresh)
         dup = REASONS["urlDup"]
-        rejected += [(raw, dup) for u, raw in candidates.items() if u not in fresh_set]
-        self._queue([Job(u, depth, priority) for u in fresh])
+        rejected += [(raw, dup) for u, (raw, _) in candidates.items() if u not in fresh_set]
+        self._queue([Job(u, depth, priority, 0, candidates[u][1]) for u in fresh], force)
         return Submission(len(fresh), rejected)
 
     def add_links(self, parent: Job, page_url: str, links: list[str]) -> None:
@@ -116,7 +123,43 @@ class Input:
         if not self.seen.missing([target]):
             self.stats.count("urlDup")
             return
-        self._queue([Job(target, parent.depth, parent.priority, parent.hops + 1)])
+        # the tag and the kind (a redirected sitemap is still a sitemap) travel with it
+        self._queue([Job(target, parent.depth, parent.priority, parent.hops + 1, parent.tag,
+                         parent.kind)])
+
+    def add_sitemaps(self, base: str, urls: Iterable[str], nesting: int) -> None:
+        """Sitemap files (robots.txt's `Sitemap:` lines, or an index's): SITEMAP jobs whose
+        depth is how many more levels of sitemap index may follow."""
+        if nesting < 0:
+            self.stats.count("tooDeep")
+            return
+        prio = self.cfg.sitemap_priority
+        self._add_listed(base, urls, lambda u: Job(u, nesting, prio, 0, 0, SITEMAP))
+
+    def add_sitemap_urls(self, base: str, urls: Iterable[str]) -> None:
+        """Page URLs a sitemap lists: entry points with the full `depthInSite`."""
+        depth, prio = self.cfg.depth_in_site, self.cfg.sitemap_priority
+        self._add_listed(base, urls, lambda u: Job(u, depth, prio))
+
+    def _add_listed(self, base: str, urls: Iterable[str], make: Callable[[str], Job]) -> None:
+        """URLs listed by robots.txt or a sitemap at `base`: resolved, scoped, de-duplicated."""
+        resolved = dict.fromkeys(
+            u for u in (self.normalizer.resolve(base, raw.strip()) for raw in urls) if u)
+        if not resolved:
+            return
+        fresh = self.seen.missing(list(resolved))
+        self.stats.count("urlDup", len(resolved) - len(fresh))
+        here = site_key(base)
+        jobs: list[Job] = []
+        for url in fresh:
+            reason = self.scope.check(url)
+            if reason is None and self.cfg.no_external_links and site_key(url) != here:
+                reason = "outOfScope"
+            if reason:
+                self.stats.count(reason)
+                continue
+            jobs.append(make(url))
+        self._queue(jobs)
 
     def restore(self, jobs: list[Job]) -> None:
         """Jobs saved by a checkpoint: back on the FIFOs, already in the seen-set."""
@@ -124,9 +167,12 @@ class Input:
         self.frontier.flush()
         self.on_queued()
 
-    def _queue(self, jobs: list[Job]) -> None:
+    def _queue(self, jobs: list[Job], force: bool = False) -> None:
         """Enqueue durably, then mark seen, in that order (see why below)."""
         if not jobs:
+            return
+        if self.admit is not None:  # cluster: SETBIT is test-and-set, atomic with queueing
+            self.admit(jobs, force)
             return
         # On the FIFO files before marking seen: after a crash a URL may be queued and not in
         # the bitmap (fetched twice at worst), never in the bitmap and nowhere else (lost).

@@ -3,7 +3,13 @@
 The opener calls `fetch(site, job)` for one job. The reader sends the request, reads the
 body under `maxPageSize` (after decompression) and the bandwidth limiter, counts exactly one
 outcome, hands 2xx pages to the outputs and their links back to the input stage; a redirect's
-target goes back to input too, one hop further.
+target goes back to input too, one hop further (with the job's tag and kind).
+
+Also here: a 429 or 503 pauses the whole site (`backoff.py`) and sends the job back to its
+site's queue, at most `maxRetries` times (each counted as backedOff; the last answer is then
+counted by its status); a sitemap job's body is parsed for URLs (`sitemaps.py`) instead of
+links and output only to archives; with `cookies`, the site's cookies go with each request
+and its `Set-Cookie` answers are kept (`cookies.py`).
 """
 
 from __future__ import annotations
@@ -17,14 +23,19 @@ import aiohttp
 import xxhash
 from aiohttp.http_exceptions import TransferEncodingError
 
+from ..backoff import BACK_OFF_STATUSES, back_off
 from ..body import BodyError, html_for_links, read_body
 from ..config import Config
+from ..cookies import CookieJar
 from ..extract import extract_links
 from ..hashset import SeenSet
 from ..netpolicy import DeniedNetworkError
 from ..outputs import Outputs
-from ..records import Job, Page, Site
+from ..records import SITEMAP, Job, Page, Site
 from ..scope import url_extension
+from ..sitemaps import MAX_BYTES as SITEMAP_MAX_BYTES
+from ..sitemaps import SitemapError
+from ..sitemaps import parse as parse_sitemap
 from ..stats import Stats
 from ..urls import Normalizer
 from .bandwidth import BandwidthLimiter
@@ -57,6 +68,10 @@ class Reader:
         self.contents = contents  # noDup: digests of bodies already seen
         self.keep_raw = keep_raw  # an archival output wants the bytes as received
         self.session: aiohttp.ClientSession | None = None
+        self.sites = robots.sites  # a job a site asked us to retry goes back to its queue
+        self.cookies = CookieJar() if cfg.cookies else None
+        if cfg.sitemaps:  # robots.txt's Sitemap: lines are fed to input like links
+            robots.on_sitemaps = input_stage.add_sitemaps
 
     async def fetch(self, site: Site, job: Job) -> None:
         """Fetch one job and count its outcome."""
@@ -75,8 +90,15 @@ class Reader:
         """Send the request and read the response: the outcome kind."""
         assert self.session is not None
         start = time.monotonic()
+        headers = None
+        if self.cookies is not None:
+            cookie = self.cookies.header(site.key, _path(job.url, site.key))
+            headers = {"Cookie": cookie} if cookie else None
         try:
-            async with self.session.get(job.url, allow_redirects=False) as resp:
+            async with self.session.get(job.url, allow_redirects=False, headers=headers) as resp:
+                if self.cookies is not None and "Set-Cookie" in resp.headers:
+                    self.cookies.store(site.key, _path(job.url, site.key),
+                                       resp.headers.getall("Set-Cookie"))
                 return await self._response(site, job, resp, start)
         except BodyError as exc:
             return exc.kind
@@ -89,12 +111,22 @@ class Reader:
         """Route a response by status and type: the outcome kind."""
         self.stats.pages += 1
         status = resp.status
+        if status in BACK_OFF_STATUSES:
+            kind = self._back_off(site, job, resp)
+            if self.keep_raw:
+                self.outputs.write(await self._page(site, job, resp, start))
+            if kind:
+                return kind
+        elif site.backoffs:
+            site.backoffs = 0  # the site answers normally again
+        if job.kind == SITEMAP and 200 <= status < 300:
+            return await self._sitemap(site, job, resp, start)
         if not 200 <= status < 300:
             if 300 <= status < 400:
                 kind = self._redirect(job, status, resp.headers.get("Location"))
             else:
                 kind = "err50X" if status >= 500 else "err40X" if status >= 400 else "badType"
-            if self.keep_raw:  # archives want every exchange, not only the successes
+            if self.keep_raw and status not in BACK_OFF_STATUSES:  # archives want every exchange
                 self.outputs.write(await self._page(site, job, resp, start))
             return kind
         if not self._wanted_type(resp.content_type, job.url):
@@ -114,13 +146,43 @@ class Reader:
         self.input.add_links(job, job.url, page.links)
         return "success"
 
-    async def _page(
+    def _back_off(self, site: Site, job: Job, resp: aiohttp.ClientResponse) -> str | None:
+        """A 429/503: pause the site; "backedOff" if the job goes back to its queue, None when
+        its retries are spent (the answer is then counted by its status)."""
+        now = asyncio.get_running_loop().time()
+        back_off(site, resp.headers.get("Retry-After"), self.cfg.max_retry_after, now)
+        if job.retries >= self.cfg.max_retries:
+            return None
+        job.retries += 1
+        self.sites.enqueue(job, now)
+        return "backedOff"
+
+    async def _sitemap(
         self, site: Site, job: Job, resp: aiohttp.ClientResponse, start: float
+    ) -> str:
+        """A sitemap: its sitemaps or page URLs go to input; only archives keep the file."""
+        page = await self._page(site, job, resp, start, SITEMAP_MAX_BYTES, truncate=True)
+        if self.keep_raw:
+            self.outputs.record_robots(page)  # archived like robots.txt, not output as a page
+        try:
+            found = parse_sitemap(page.body)
+        except SitemapError:
+            return "badEncoding"
+        self.stats.count("outOfScope", found.dropped)  # over the protocol's limits
+        if found.is_index:
+            self.input.add_sitemaps(job.url, found.urls, job.depth - 1)
+        else:
+            self.input.add_sitemap_urls(job.url, found.urls)
+        return "success"
+
+    async def _page(
+        self, site: Site, job: Job, resp: aiohttp.ClientResponse, start: float,
+        limit: int | None = None, truncate: bool = False,
     ) -> Page:
         """Read the body under the limits and describe the exchange."""
         body = await read_body(
-            resp, self.cfg.max_page_size, keep_raw=self.keep_raw, limiter=self.limiter,
-            min_rate=self.cfg.min_rate,
+            resp, limit or self.cfg.max_page_size, keep_raw=self.keep_raw, limiter=self.limiter,
+            min_rate=self.cfg.min_rate, truncate=truncate,
         )
         self.stats.bytes += body.wire_bytes
         peer = resp.connection.transport.get_extra_info("peername") if resp.connection else None
@@ -170,6 +232,11 @@ class Reader:
             self.contents.add([digest])
             return False
         return True
+
+
+def _path(url: str, key: str) -> str:
+    """The path (and query) of a URL of the site `key`."""
+    return url[len(key):] or "/"
 
 
 def failure_kind(exc: BaseException) -> str:

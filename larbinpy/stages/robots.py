@@ -7,7 +7,12 @@ later, up to `maxRetries` times, then they are dropped as forbiddenRobots. At mo
 is read; redirects are followed by hand up to 5 hops, to other hosts too, each target checked
 against the network policy like any fetch (more hops: "unavailable", allow all). Rules are
 parsed by Protego for the product token of the configured `UserAgent` ("larbinpy" of
-"larbinpy/0.1 (+url)", as Google matches it) and cached for `robotsTtl` seconds.
+"larbinpy/0.1 (+url)", as Google matches it) and cached for `robotsTtl` seconds. A 429 is
+handled like a 5xx (as Google does), and the retry waits for `Retry-After` when the answer
+gives one. A certificate that fails verification ends the site at once: its URLs are counted
+as tlsError (retrying would not mend the certificate) until the negative-cache time has passed.
+A `Crawl-delay` larger than `waitDuration` becomes the site's delay, capped by `maxCrawlDelay`;
+with `sitemaps on`, `Sitemap:` lines go to the input stage (`on_sitemaps`).
 
 Before Protego sees the text (`prepare`): a whole or partial UTF-8 BOM is dropped, invalid
 UTF-8 becomes U+FFFD, lines are cut at 16,664 characters and user-agent values at their first
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 import time
 from collections.abc import Callable
 
@@ -28,19 +34,22 @@ import aiohttp
 from protego import Protego
 from yarl import URL
 
+from ..backoff import retry_after
 from ..body import BodyError, read_body
 from ..config import Config
 from ..netpolicy import NetworkPolicy
 from ..outputs import page_from_response
 from ..records import Job, Page, Site, SiteState
+from ..sitemaps import MAX_NESTING
 from ..sites import Sites
 from ..stats import Stats
-from .dns import ip_literal
+from .dns import NEGATIVE_TTL, ip_literal
 
 MAX_ROBOTS_BYTES = 500 * 1024
 MAX_ROBOTS_REDIRECTS = 5
 RETRY_DELAY = 30.0  # seconds before retrying a robots.txt that failed with 5xx or no answer
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
+TLS_FAILED = -1  # the status `_get` gives when the certificate did not verify
 _PRODUCT = re.compile(r"[A-Za-z_-]+")
 _PCT = re.compile(r"%[0-9A-Fa-f]{2}")
 MAX_LINE = 2083 * 8 - 1  # Google keeps this many characters of a line and ignores the rest
@@ -95,6 +104,8 @@ class Robots:
         self.policy = NetworkPolicy(cfg.allow_networks)
         # set when an archival output (WARC) wants robots.txt exchanges recorded too
         self.record: Callable[[Page], None] | None = None
+        # set by the reader: where `Sitemap:` lines go (base URL, sitemap URLs, nesting)
+        self.on_sitemaps: Callable[[str, list[str], int], None] | None = None
 
     def needs_fetch(self, site: Site, now: float) -> bool:
         """Must robots.txt be (re)fetched before the next page of this site?"""
@@ -108,34 +119,40 @@ class Robots:
         """Fetch and parse the site's robots.txt, or plan a retry."""
         assert self.session is not None
         self.stats.robots_fetches += 1
-        status, data = await self._get(site.key + "/robots.txt")
+        status, data, wait = await self._get(site.key + "/robots.txt")
         now = asyncio.get_running_loop().time()
-        if status is not None and status < 500:
+        if status == TLS_FAILED:
+            self._bad_certificate(site, now)
+        elif status is not None and status < 500 and status != 429:
             self._apply(site, data if 200 <= status < 300 else None, now)
         else:
-            self._failed(site, now)
+            self._failed(site, now, wait)
 
-    async def _get(self, url: str) -> tuple[int | None, bytes]:
-        """(status, body) of robots.txt after redirects; status None when unreachable."""
+    async def _get(self, url: str) -> tuple[int | None, bytes, float | None]:
+        """(status, body, Retry-After seconds) of robots.txt after redirects; status None when
+        unreachable, TLS_FAILED when a certificate did not verify."""
         try:
             for _ in range(MAX_ROBOTS_REDIRECTS + 1):
-                status, data, target = await self._get_one(url)
+                status, data, target, wait = await self._get_one(url)
                 if target is None:
-                    return status, data
+                    return status, data, wait
                 url = target
+        except (aiohttp.ClientSSLError, ssl.SSLError):
+            return TLS_FAILED, b"", None
         except (TimeoutError, aiohttp.ClientError, OSError, ValueError, BodyError):
-            return None, b""
-        return 404, b""  # RFC 9309: too many redirects means "unavailable": allow all
+            return None, b"", None
+        return 404, b"", None  # RFC 9309: too many redirects means "unavailable": allow all
 
-    async def _get_one(self, url: str) -> tuple[int | None, bytes, str | None]:
-        """One request: (status, body, redirect target or None)."""
+    async def _get_one(self, url: str) -> tuple[int | None, bytes, str | None, float | None]:
+        """One request: (status, body, redirect target or None, Retry-After seconds or None)."""
         assert self.session is not None
         target = URL(url)
         literal = ip_literal(target.raw_host or "")
         if literal is not None and not self.policy.allowed(literal):
-            return None, b"", None  # the network policy refuses it: unreachable
+            return None, b"", None, None  # the network policy refuses it: unreachable
         started = time.monotonic()
         async with self.session.get(target, allow_redirects=False) as resp:
+            wait = retry_after(resp.headers.get("Retry-After"), self.cfg.max_retry_after)
             body = None
             if self.record is not None:  # archives want every exchange, whatever its status
                 body = await read_body(resp, MAX_ROBOTS_BYTES, truncate=True, keep_raw=True)
@@ -145,13 +162,13 @@ class Robots:
                 location = resp.headers.get("Location", "")
                 nxt = target.join(URL(location)) if location else None
                 if nxt is None or nxt.scheme not in ("http", "https") or not nxt.raw_host:
-                    return 404, b"", None  # nowhere to go: unavailable
-                return resp.status, b"", str(nxt.with_fragment(None))
+                    return 404, b"", None, None  # nowhere to go: unavailable
+                return resp.status, b"", str(nxt.with_fragment(None)), None
             if not 200 <= resp.status < 300:
-                return resp.status, b"", None
+                return resp.status, b"", None, wait
             if body is None:  # RFC 9309: parse at least the first 500 KiB; ignore the rest
                 body = await read_body(resp, MAX_ROBOTS_BYTES, truncate=True)
-            return resp.status, body.data, None
+            return resp.status, body.data, None, None
 
     def _apply(self, site: Site, data: bytes | None, now: float) -> None:
         """Rules are known: parse them (None = allow all) and open the site."""
@@ -163,15 +180,27 @@ class Robots:
             delay = site.robots.crawl_delay(self.agent)
             if delay:
                 site.delay = max(site.delay, min(float(delay), self.cfg.max_crawl_delay))
+            if self.cfg.sitemaps and self.on_sitemaps is not None:
+                listed = list(site.robots.sitemaps)  # nothing to do for most sites
+                if listed:
+                    self.on_sitemaps(site.key + "/robots.txt", listed, MAX_NESTING)
         site.state = SiteState.READY
 
-    def _failed(self, site: Site, now: float) -> None:
-        """5xx or unreachable: full disallow for now; retry later, a bounded number of times."""
+    def _failed(self, site: Site, now: float, wait: float | None = None) -> None:
+        """5xx, 429 or unreachable: full disallow for now; retry later (after Retry-After when
+        given), a bounded number of times."""
         site.robots_failures += 1
         if site.robots_failures > self.cfg.max_retries:
             self.sites.drop(site, "forbiddenRobots")
             site.robots_failures = 0
-        site.ready_at = max(site.ready_at, now + RETRY_DELAY)
+        site.ready_at = max(site.ready_at, now + (RETRY_DELAY if wait is None else wait))
+
+    def _bad_certificate(self, site: Site, now: float) -> None:
+        """The site's certificate did not verify: its URLs are tlsError for a while."""
+        site.state = SiteState.DEAD
+        site.dead_reason = "tlsError"
+        site.dead_until = now + NEGATIVE_TTL
+        self.sites.drop(site, "tlsError")
 
 
 def _peer(resp: aiohttp.ClientResponse) -> str:

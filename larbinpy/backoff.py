@@ -1,0 +1,45 @@
+"""Back-off when a site says "too much" (429, 503), for the reader and robots stages.
+
+The whole site pauses, never the crawl: its politeness clock (`Site.ready_at`, which the
+opener obeys) is pushed to `Retry-After` (seconds or an HTTP date, capped by `maxRetryAfter`)
+or, without one, to an exponential back-off: max(the site's delay, BACKOFF_MIN) * 2^(n-1) for
+the n-th such answer in a row, also capped. A success resets n. Other sites keep their speed.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+
+from .records import Site
+
+BACKOFF_MIN = 0.5  # seconds: the first back-off of a site crawled with waitDuration 0
+BACK_OFF_STATUSES = frozenset({429, 503})
+
+
+def retry_after(value: str | None, cap: float) -> float | None:
+    """Seconds a `Retry-After` header asks for, within [0, cap]; None if absent or unparsable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # HTTP dates are GMT
+            return None
+        seconds = when.timestamp() - time.time()
+    return min(max(seconds, 0.0), cap)
+
+
+def back_off(site: Site, header: str | None, cap: float, now: float) -> float:
+    """Pause the site after a 429/503 answer; the pause in seconds."""
+    site.backoffs += 1
+    pause = retry_after(header, cap)
+    if pause is None:
+        pause = min(max(site.delay, BACKOFF_MIN) * 2 ** (site.backoffs - 1), cap)
+    site.ready_at = max(site.ready_at, now + pause)
+    return pause

@@ -1,0 +1,128 @@
+"""Back-off end to end: 429/503 pause the whole site (Retry-After in seconds or as a date,
+capped by maxRetryAfter; else exponential), other sites keep their speed, retries are bounded
+and counted; robots.txt Crawl-delay (capped by maxCrawlDelay) spaces a site's requests."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import html
+from modernweb import start_scripted, stop_web
+from test_crawl import gaps
+
+from larbinpy.backoff import retry_after
+from larbinpy.localweb import Page, Site
+
+
+def busy(status: int = 503, retry: str | None = None) -> Page:
+    """A "too much" answer, with a Retry-After header when given."""
+    return Page("busy", status=status, headers={"Retry-After": retry} if retry else {})
+
+
+def two_sites() -> list[Site]:
+    """slow.test (which will answer 503 once) and fast.test, on two IPs, linked both ways."""
+    return [
+        Site("slow.test", "127.0.0.2", {"/": html("/a", "/b", "/c"), "/b": html(), "/c": html(),
+                                        "/a": html()}),
+        Site("fast.test", "127.0.0.3", {"/": html(*[f"/f{i}" for i in range(8)]),
+                                        **{f"/f{i}": Page("<p>x</p>", delay=0.05)
+                                           for i in range(8)}}),
+    ]
+
+
+async def crawl_scripted(tmp_path: Path, sites, scripts, conf: str):
+    """Crawl slow.test's / (and fast.test's / when it exists) with a scripted web."""
+    tw = await start_scripted(sites, scripts, tmp_path)
+    try:
+        seeds = "".join(f"startUrl {tw.url(s.host)}\n" for s in sites)
+        crawler = await tw.crawl(seeds + conf, timeout=30)
+    finally:
+        await stop_web(tw)
+    return tw, crawler
+
+
+def first(hits, path: str):
+    """The first hit on a path."""
+    return next(h for h in hits if h.path == path)
+
+
+async def test_retry_after_seconds_pauses_only_that_site(tmp_path: Path):
+    scripts = {("slow.test", "/a"): [busy(503, "1"), html()]}
+    tw, crawler = await crawl_scripted(tmp_path, two_sites(), scripts, "waitDuration 0.05")
+    slow = sorted(tw.web.hits_for("slow.test"), key=lambda h: h.start)
+    refused = first(slow, "/a")
+    after = [h for h in slow if h.start > refused.start]
+    assert Counter(h.path for h in slow)["/a"] == 2  # refused, then retried and fetched
+    # the whole site waited Retry-After, not only the refused URL
+    assert min(h.start for h in after) - refused.end >= 1.0 - 0.02
+    # meanwhile the other site kept crawling
+    during = [h for h in tw.web.hits_for("fast.test") if refused.end < h.start < refused.end + 1]
+    assert len(during) >= 4
+    assert crawler.stats.outcomes["backedOff"] == 1
+    assert crawler.stats.outcomes["success"] == 4 + 9
+
+
+async def test_retry_after_date_is_honoured_and_capped(tmp_path: Path):
+    date = email.utils.formatdate(time.time() + 3600, usegmt=True)
+    scripts = {("slow.test", "/a"): [busy(429, date), html()]}
+    sites = two_sites()[:1]
+    tw, crawler = await crawl_scripted(tmp_path, sites, scripts, "maxRetryAfter 0.6")
+    slow = sorted(tw.web.hits, key=lambda h: h.start)
+    refused = first(slow, "/a")
+    wait = min(h.start for h in slow if h.start > refused.start) - refused.end
+    assert 0.6 - 0.02 <= wait < 3  # an hour asked, maxRetryAfter granted
+    assert crawler.stats.outcomes["backedOff"] == 1
+
+
+async def test_without_retry_after_back_off_is_exponential_and_retries_bounded(tmp_path):
+    scripts = {("slow.test", "/a"): [busy(429)]}  # always too many requests
+    sites = [Site("slow.test", "127.0.0.2", {"/": html("/a"), "/a": html()})]
+    tw, crawler = await crawl_scripted(tmp_path, sites, scripts, "maxRetries 2")
+    tries = sorted((h for h in tw.web.hits if h.path == "/a"), key=lambda h: h.start)
+    assert len(tries) == 3  # one fetch, two retries, then given up
+    waits = [b.start - a.end for a, b in zip(tries, tries[1:], strict=False)]
+    assert waits[0] >= 0.5 - 0.02 and waits[1] >= 1.0 - 0.02, waits  # 0.5 s, then twice that
+    out = crawler.stats.outcomes
+    assert out["backedOff"] == 2 and out["err40X"] == 1 and out["success"] == 1
+
+
+async def test_robots_txt_503_retry_after_is_honoured(tmp_path: Path):
+    scripts = {("slow.test", "/robots.txt"): [busy(503, "1"), Page("", content_type="text/plain")]}
+    sites = [Site("slow.test", "127.0.0.2", {"/": html()})]
+    tw, crawler = await crawl_scripted(tmp_path, sites, scripts, "")
+    hits = sorted(tw.web.hits, key=lambda h: h.start)
+    assert [h.path for h in hits] == ["/robots.txt", "/robots.txt", "/"]
+    assert 1.0 - 0.02 <= hits[1].start - hits[0].end < 5  # not the 30 s default
+    assert crawler.stats.outcomes["success"] == 1
+
+
+@pytest.mark.parametrize(("delay", "cap", "low", "high"), [
+    ("0.3", "60", 0.3, 1.0),  # Crawl-delay larger than waitDuration wins
+    ("30", "0.25", 0.25, 1.0),  # ... within maxCrawlDelay
+])
+async def test_crawl_delay_spaces_requests_within_max_crawl_delay(
+    make_web, delay: str, cap: str, low: float, high: float
+):
+    robots = Page(f"User-agent: *\nCrawl-delay: {delay}\n", content_type="text/plain")
+    tw = await make_web([Site("cd.test", "127.0.0.2", {
+        "/robots.txt": robots, "/": html("/1", "/2", "/3"),
+        "/1": html(), "/2": html(), "/3": html()})])
+    start = time.monotonic()
+    await tw.crawl(f"startUrl {tw.url('cd.test')}\nwaitDuration 0.01\nmaxCrawlDelay {cap}")
+    spent = time.monotonic() - start
+    g = gaps(tw.web.hits)
+    assert len(tw.web.hits) == 5
+    assert min(g) >= low - 0.02 and max(g) < high, g
+    assert spent < 4 * high + 2
+
+
+def test_retry_after_forms():
+    assert retry_after("120", 3600) == 120
+    assert retry_after("99999", 3600) == 3600
+    assert retry_after(email.utils.formatdate(time.time() - 60, usegmt=True), 3600) == 0
+    assert 55 < retry_after(email.utils.formatdate(time.time() + 60, usegmt=True), 3600) <= 60
+    assert retry_after("soon", 3600) is None and retry_after(None, 3600) is None
