@@ -83,6 +83,8 @@ class Crawler:
                              keep_raw=self.outputs.keep_raw)
         if self.outputs.keep_raw:  # archives record robots.txt exchanges too
             self.robots.record = self.outputs.record_robots
+        if cfg.sitemaps:  # robots.txt's Sitemap: lines are fed to input like links
+            self.robots.on_sitemaps = self.input.add_sitemaps
         self.opener = Opener(cfg, self.sites, self.robots, self.reader, self.changed)
         self.dns = Dns(cfg, self.stats, self.sites, NetworkPolicy(cfg.allow_networks),
                        self._resolved)

@@ -24,6 +24,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--depth", type=int, default=None, help="depth budget [depthInSite]")
     p.add_argument("--force", action="store_true", help="crawl again even if already seen")
     p.add_argument("--token", default=None, help="the crawler's inputToken")
+    p.add_argument("--tag", type=int, default=None,
+                   help="an integer kept with these URLs into the outputs (larbin's URL_TAGS)")
     p.add_argument("--timeout", type=float, default=30.0)
     return p
 
@@ -46,6 +48,8 @@ def main(argv: Sequence[str]) -> int:
                                "force": args.force}
     if args.depth is not None:
         body["depth"] = args.depth
+    if args.tag is not None:
+        body["tag"] = args.tag
     host = f"[{args.host}]" if ":" in args.host else args.host
     req = urllib.request.Request(
         f"http://{host}:{args.port}/urls", data=json.dumps(body).encode(), method="POST",

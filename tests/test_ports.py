@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import subprocess
 import sys
 
@@ -169,3 +170,20 @@ def test_json_body_defaults():
     assert (sub.priority, sub.depth, sub.force) == (0, None, False)
     with pytest.raises(BadSubmission):
         parse_json_body(b'{"urls": ["http://a/"], "priority": true}')
+
+
+async def test_submit_tag_reaches_the_links_output(make_web):
+    tw = await make_web(small_web())
+    async with daemon(tw, "output links\n") as (crawler, client, status_url, input_url):
+        port = input_url.rsplit(":", 1)[1]
+        cmd = [sys.executable, "-m", "larbinpy", "submit", "--port", port, "--tag", "7",
+               tw.url("two.test")]
+        result = await asyncio.to_thread(
+            subprocess.run, cmd, capture_output=True, text=True, timeout=30)
+        assert result.returncode == 0, result.stderr
+        await wait_idle(client, status_url)
+    records = [json.loads(line) for line in
+               (tw.tmp / "save" / "links.jsonl").read_text().splitlines()]
+    tags = {r["url"]: r.get("tag") for r in records}
+    assert tags[tw.url("two.test")] == 7  # the submitted URL carries its tag
+    assert tags[tw.url("two.test", "/x.html")] in (None, 0)  # links do not inherit it

@@ -70,8 +70,6 @@ class Reader:
         self.session: aiohttp.ClientSession | None = None
         self.sites = robots.sites  # a job a site asked us to retry goes back to its queue
         self.cookies = CookieJar() if cfg.cookies else None
-        if cfg.sitemaps:  # robots.txt's Sitemap: lines are fed to input like links
-            robots.on_sitemaps = input_stage.add_sitemaps
 
     async def fetch(self, site: Site, job: Job) -> None:
         """Fetch one job and count its outcome."""
