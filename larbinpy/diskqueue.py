@@ -35,7 +35,7 @@ from pathlib import Path
 import xxhash
 
 from .records import Job
-from .state import StateError, hops_field, make_job
+from .state import StateError, fsync_dir, hops_field, make_job
 
 SEGMENT_BYTES = 4 << 20  # a FIFO segment is closed past this size ...
 SEGMENT_JOBS = 65_536  # ... or this many jobs
@@ -157,15 +157,6 @@ def _scan(path: Path, start: int, last: bool) -> tuple[int, int]:
         if off != size:  # only possible outside the last file: it ends inside a line
             raise StateError(f"{path}: truncated job line at byte {off}; use --scratch")
         return count, off
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make file creations and renames in `path` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -293,7 +284,7 @@ class SegmentFifo:
         self._sync_closed()
         os.fsync(self._wfd)
         if self._dir_dirty:
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
             self._dir_dirty = False
 
     # --- reading ---
@@ -687,7 +678,7 @@ class SiteSpill:
                     os.close(fd)
         self._unsynced = set()
         if self._dir_dirty:
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
             self._dir_dirty = False
 
     # --- reading ---

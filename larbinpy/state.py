@@ -175,11 +175,11 @@ class StateDir:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.root / "checkpoint")
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
 
 
-def _fsync_dir(path: Path) -> None:
-    """Make a rename durable."""
+def fsync_dir(path: Path) -> None:
+    """Make file creations and renames in `path` durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
