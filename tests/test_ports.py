@@ -187,3 +187,17 @@ async def test_submit_tag_reaches_the_links_output(make_web):
     tags = {r["url"]: r.get("tag") for r in records}
     assert tags[tw.url("two.test")] == 7  # the submitted URL carries its tag
     assert tags[tw.url("two.test", "/x.html")] in (None, 0)  # links do not inherit it
+
+
+async def test_submit_reads_urls_from_stdin(make_web):
+    tw = await make_web(small_web())
+    async with daemon(tw) as (crawler, client, status_url, input_url):
+        port = input_url.rsplit(":", 1)[1]
+        urls = f"{tw.url('one.test')}\n{tw.url('two.test')}\n"
+        result = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "larbinpy", "submit", "--port", port, "-"],
+            input=urls, capture_output=True, text=True, timeout=30)
+        assert result.returncode == 0, result.stderr
+        assert "accepted 2, rejected 0" in result.stdout
+        status = await wait_idle(client, status_url)
+        assert status["outcomes"]["success"] == 5
