@@ -52,7 +52,9 @@ def make_session(cfg: Config, dns: Dns) -> aiohttp.ClientSession:
         resolver=CrawlerResolver(dns),
         use_dns_cache=False,  # the DNS stage caches, honouring TTLs
         ssl=ssl_context(cfg),
-        keepalive_timeout=30,
+        # an idle connection is only worth keeping until the site's next turn: long-lived idle
+        # sockets to thousands of sites cost memory and file descriptors on both ends
+        keepalive_timeout=min(cfg.wait_duration + 2.0, 10.0),
     )
     timeout = aiohttp.ClientTimeout(
         total=cfg.timeout_total, sock_connect=cfg.timeout_connect, sock_read=cfg.timeout_read
