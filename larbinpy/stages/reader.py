@@ -22,6 +22,7 @@ import time
 import aiohttp
 import xxhash
 from aiohttp.http_exceptions import TransferEncodingError
+from yarl import URL
 
 from ..backoff import BACK_OFF_STATUSES, back_off
 from ..body import BodyError, html_for_links, read_body
@@ -93,7 +94,9 @@ class Reader:
             cookie = self.cookies.header(site.key, _path(job.url, site.key))
             headers = {"Cookie": cookie} if cookie else None
         try:
-            async with self.session.get(job.url, allow_redirects=False, headers=headers) as resp:
+            # our URLs are canonical and already percent-encoded: yarl need not re-encode them
+            url = URL(job.url, encoded=True)
+            async with self.session.get(url, allow_redirects=False, headers=headers) as resp:
                 if self.cookies is not None and "Set-Cookie" in resp.headers:
                     self.cookies.store(site.key, _path(job.url, site.key),
                                        resp.headers.getall("Set-Cookie"))
