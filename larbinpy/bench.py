@@ -330,6 +330,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hashset", type=int, metavar="N", default=0,
                    help="instead: N distinct URLs into a 2^28-bit hash set with K=1 and K=7; "
                         "false-positive rate on 1,000,000 other URLs against the formula")
+    p.add_argument("--nodes", metavar="N[,N...]", default="",
+                   help="instead: one larbinpy process (embedded), then clusters of N processes "
+                        "sharing a local redis-server (larbinpy/cluster/bench.py)")
+    p.add_argument("--repeat", type=int, default=1, metavar="R",
+                   help="with --nodes: run every configuration R times, interleaved; "
+                        "report the medians [1]")
     return p
 
 
@@ -399,6 +405,20 @@ def state_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def nodes_bench(args: argparse.Namespace) -> int:
+    """`--nodes 1,2`: processes against the embedded default (see cluster/bench.py)."""
+    from .cluster.bench import bench_nodes, report_nodes
+
+    with tempfile.TemporaryDirectory(prefix="larbinpy-bench-") as tmp:
+        try:
+            result = bench_nodes(args, Path(tmp))
+        except Exception as exc:
+            print(f"larbinpy bench: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+    print(json.dumps(result) if args.json else report_nodes(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `larbinpy bench`; 0 on success, 1 if the server or the crawl fails."""
     args = parser().parse_args(argv)
@@ -407,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     from .cli import setup_logging
 
     setup_logging(-1)  # warnings only: logging must not cost the crawl CPU
+    if args.nodes:
+        return nodes_bench(args)
     with tempfile.TemporaryDirectory(prefix="larbinpy-bench-") as tmp:
         try:
             result = bench(args, Path(tmp))

@@ -1,0 +1,298 @@
+"""Scale-out on Redis: several larbinpy nodes, one crawl (`cluster redis://host:port/db`).
+
+Without `cluster` none of this is imported. With it, `Cluster` hooks into the same pipeline
+at four points, each a plain attribute the crawler wires (`crawler.py`):
+
+* input: `Input.admit` -- URLs the local cache has not seen go through `redis_seen.Admission`
+  (one round trip: SETBIT test-and-set in Redis bitmaps, then own new URLs to the local FIFO,
+  others to their owner's stream);
+* site queues: `Sites.forward` -- a job popped by the sequencer for a site this node does not
+  own (any more) goes to the `streams.Outbox` instead of a site queue;
+* reader: `Reader.fetch` is wrapped -- a fetched job leaves the node's pending hash
+  (`streams.Fetched`), and with `waitDuration` > 0 every fetch takes its IP's lease
+  (`ipclock.py`); robots.txt fetches take the lease too;
+* "is the crawl done?": `Crawler.idle()` adds `Cluster.idle()` (nothing buffered for Redis),
+  and with `exitAtEnd` the crawl ends when `termination.py` says the whole cluster is done.
+
+Background tasks on the crawler's loop: the heartbeat (`membership.py`: live set, reaping,
+recovery of lost nodes, figures for the status page), the inbound stream reader, the outbox,
+the admission batcher, the pending-hash upkeep, the termination poll.
+
+Local state: a cluster node always starts with empty local queues (the local `stateDir` is
+wiped as with `--scratch`): what it must fetch is in Redis -- its own pending hash from a
+previous run under the same `nodeId` goes back through its stream at start-up, and the URLs
+of nodes that are gone are recovered by the live ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from ..config import ConfigError
+from ..records import Job, Site
+from ..urls import site_key
+from . import membership as _membership
+from .ipclock import IpClock
+from .link import Link
+from .membership import Membership
+from .redis_seen import Admission
+from .streams import Fetched, Inbox, Outbox
+from .termination import Termination
+
+if TYPE_CHECKING:
+    from ..crawler import Crawler
+
+log = logging.getLogger("larbinpy.cluster")
+
+STOP_TIMEOUT = 10.0  # longest wait for the loops to end, and for the hand-over, at a stop
+FIGURES = ("pages", "bytes", "urls_seen", "success", "errors", "queued", "round_trips")
+
+
+def default_node_id() -> str:
+    """host:pid -- unique on a machine, readable on the status page."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Cluster:
+    """This node's part of a cluster crawl."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        cfg = self.cfg = crawler.cfg
+        assert cfg.cluster is not None
+        self.crawler = crawler
+        self.node = cfg.node_id or default_node_id()
+        self.link = Link(cfg.cluster, cfg.cluster_name, self.node)
+        self.membership = Membership(self.link)
+        self._seq = 0  # numbers every step that gives this node work (termination.py)
+        self.admission = Admission(self.link, crawler.seen, crawler.frontier, crawler.stats,
+                                   self.membership.owner, self.next_seq, self._queued)
+        self.inbox = Inbox(self.link, crawler.frontier, self.next_seq, self._queued)
+        self.outbox = Outbox(self.link, self.beat, self.route)
+        self.fetched = Fetched(self.link)
+        self.termination = Termination(self.link, crawler.idle, self.seq, crawler.changed)
+        self.ipclock = (IpClock(self.link, crawler.sites, cfg.wait_duration, cfg.timeout_total)
+                        if cfg.wait_duration > 0 else None)
+        self.membership.on_change = self.rebalance
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.closed = False
+        self._last_beat = 0.0
+        self._attach()
+
+    def _attach(self) -> None:
+        """Plug into the pipeline (see the module docstring)."""
+        c = self.crawler
+        c.input.admit = self.admission.admit
+        c.sites.forward = self.forward
+        fetch = self._tracked(c.reader.fetch)
+        if self.ipclock is not None:
+            fetch = self.ipclock.wrap_page(fetch)
+            c.robots.fetch = self.ipclock.wrap_robots(c.robots.fetch)  # type: ignore[method-assign]
+        c.reader.fetch = fetch  # type: ignore[method-assign]
+
+    def _tracked(self, fetch: Callable[[Site, Job], Awaitable[None]]
+                 ) -> Callable[[Site, Job], Awaitable[None]]:
+        """The reader's fetch; then the job leaves the pending hash (unless it was requeued)."""
+        async def fetch_and_forget(site: Site, job: Job) -> None:
+            retries = job.retries
+            await fetch(site, job)  # cancelled (stopping): it stays pending, survivors fetch it
+            if job.retries == retries:  # a 429/503 puts the job back in its queue: still ours
+                self.fetched.add(job.url)
+        return fetch_and_forget
+
+    # --- the hooks ---
+
+    def next_seq(self) -> int:
+        """A new number for a step that gives this node work."""
+        self._seq += 1
+        return self._seq
+
+    def seq(self) -> int:
+        """The number of the last such step."""
+        return self._seq
+
+    def _queued(self) -> None:
+        """Jobs reached the local FIFO: wake the sequencer, re-check "done"."""
+        self.crawler.input.on_queued()
+        self.crawler.changed()
+
+    def forward(self, key: str, job: Job) -> bool:
+        """Sites' hook: True when another node owns the job's site (the outbox sends it)."""
+        owner = self.membership.owner(key)
+        if owner == self.node:
+            return False
+        self.outbox.add(owner, job)
+        return True
+
+    def route(self, job: Job) -> None:
+        """A job this node holds: into the local FIFO if it owns the site, else to the owner."""
+        owner = self.membership.owner(site_key(job.url))
+        if owner != self.node:
+            self.outbox.add(owner, job)
+            return
+        self.crawler.frontier.push([job])
+        self.crawler.frontier.flush()
+        self._queued()
+
+    def rebalance(self) -> None:
+        """The live set changed: hand the queues of sites now owned elsewhere to their owners.
+
+        Jobs still in the local FIFO are handed over as the sequencer pops them (`forward`);
+        fetches in flight finish here.
+        """
+        sites, moved = self.crawler.sites, 0
+        for site in list(sites.by_key.values()):
+            owner = self.membership.owner(site.key)
+            if owner == self.node or not sites.has_work(site):
+                continue
+            while sites.has_work(site):
+                self.outbox.add(owner, sites.take(site))
+                moved += 1
+            sites.rest(site)
+        if moved:
+            log.info("cluster: handing %d queued URLs to their new owners", moved)
+
+    def idle(self) -> bool:
+        """Nothing waiting for Redis: admission, outbox, inbound entries not acknowledged."""
+        return self.admission.idle() and self.outbox.idle() and not self.inbox.busy
+
+    @property
+    def done(self) -> bool:
+        """The whole cluster is done (exitAtEnd)."""
+        return self.termination.done
+
+    # --- life cycle ---
+
+    async def start(self) -> None:
+        """Join the cluster, take back this node id's pending URLs, start the tasks."""
+        try:
+            await self.membership.register(new_crawl=True)
+            await self.membership.recover(self.node)  # a previous run's URLs -> own stream
+        except (OSError, RedisError) as exc:
+            await self.link.close()
+            raise ConfigError(self.cfg.path, self.cfg.lines.get("cluster"),
+                              f"cluster {self.cfg.cluster}: cannot use Redis: {exc}") from None
+        log.info("cluster %s: node %s joined; live nodes: %s", self.cfg.cluster_name,
+                 self.node, ", ".join(self.membership.live))
+        self.tasks = [asyncio.ensure_future(self._heartbeats())]
+        if len(self.membership.live) > 1:
+            # Fetch nothing until every node has seen us join (a heartbeat each) and handed
+            # over the sites we now own, so a site is not fetched by two nodes at once.
+            await self.link.pause(2 * _membership.HEARTBEAT_S)
+        loops = [self.inbox.run(), self.outbox.run(), self.admission.run(), self.fetched.run()]
+        if self.cfg.exit_at_end:
+            loops.append(self.termination.run())
+        self.tasks += map(asyncio.ensure_future, loops)
+
+    async def _heartbeats(self) -> None:
+        """Every HEARTBEAT_S: heartbeat, then recover the nodes that are gone."""
+        link = self.link
+        while not link.stopping.is_set():
+            await link.pause(_membership.HEARTBEAT_S)
+            await link.retrying("the heartbeat", self.beat)
+            for node in self.membership.dead:
+                await link.retrying("recovering a node",
+                                    lambda n=node: self.membership.recover(n, self._beat_if_due))
+
+    async def _beat_if_due(self) -> None:
+        """During a long recovery: keep beating, or the others would take us for dead."""
+        if asyncio.get_running_loop().time() - self._last_beat >= _membership.HEARTBEAT_S:
+            await self.beat()
+
+    async def beat(self) -> None:
+        """One heartbeat (also run by the outbox when an owner refused URLs)."""
+        self._last_beat = asyncio.get_running_loop().time()
+        await self.membership.beat(json.dumps(self.figures()))
+        if self.membership.done and self.cfg.exit_at_end:
+            self.termination.mark_done()
+
+    async def stop(self) -> None:
+        """Leave the cluster: flush what is buffered, then hand over or clean up."""
+        try:
+            await asyncio.wait_for(self._leave(), STOP_TIMEOUT)
+        except (OSError, RedisError, TimeoutError) as exc:
+            # what was admitted is in Redis: after the heartbeat expires, the others take it
+            log.error("cluster: could not leave cleanly (%s); the other nodes take over this "
+                      "node's URLs once its heartbeat expires", exc)
+        finally:
+            await self.close()
+
+    async def _leave(self) -> None:
+        """End the loops, flush, say goodbye (with hand-over unless the crawl is done)."""
+        await self._end_loops()
+        await self.admission.drain()
+        await self.outbox.drain()
+        await self.fetched.flush()
+        await self.membership.beat(json.dumps(self.figures()))  # final figures
+        if self.done:  # the crawl is over: what is left pending is dropped jobs
+            await self.link.execute("DEL", self.link.key("pending", self.node))
+        await self.membership.leave(handover=not self.done)
+        if not self.done:
+            log.info("cluster: left; the live nodes take over this node's queued URLs")
+
+    async def _end_loops(self) -> None:
+        """Ask the loops to end (between round trips), wait for them, cancel stragglers."""
+        self.link.stopping.set()
+        self.admission.wake.set()
+        self.outbox.wake.set()
+        if self.tasks:
+            _, late = await asyncio.wait(self.tasks, timeout=STOP_TIMEOUT / 2)
+            for task in late:
+                task.cancel()
+        self.tasks = []
+
+    async def close(self) -> None:
+        """End the loops and release the connection, without leaving (after a crash this is
+        like a kill -9: the others take over once the heartbeat expires)."""
+        if self.closed:
+            return
+        self.closed = True
+        await self._end_loops()
+        await self.link.close()
+
+    # --- figures ---
+
+    def figures(self) -> dict[str, Any]:
+        """This node's figures, as the other nodes see them."""
+        c = self.crawler
+        stats = c.stats
+        return {
+            "pages": stats.pages, "bytes": stats.bytes, "urls_seen": stats.urls_seen,
+            "success": stats.outcomes["success"], "errors": stats.errors(),
+            "pages_per_s": round(stats.rates(10.0)[0], 2),
+            "queued": len(c.frontier) + c.sites.queued, "idle": c.idle(),
+            "round_trips": self.link.round_trips, "sent": self.admission.sent,
+            "received": self.inbox.received, "forwarded": self.outbox.forwarded,
+        }
+
+    def status(self) -> dict[str, Any]:
+        """The cluster part of the status page: every node's figures and the totals."""
+        nodes: dict[str, dict[str, Any]] = {}
+        for node, raw in self.membership.stats.items():
+            try:
+                nodes[node] = json.loads(raw)
+            except ValueError:
+                continue
+        nodes[self.node] = self.figures()  # ours, fresh
+        for node, figures in nodes.items():
+            figures["live"] = node in self.membership.live
+        totals = {k: sum(f.get(k, 0) for f in nodes.values()) for k in FIGURES}
+        totals["pages_per_s"] = round(sum(f.get("pages_per_s", 0) for f in nodes.values()
+                                          if f["live"]), 2)
+        return {"name": self.cfg.cluster_name, "node": self.node,
+                "live": list(self.membership.live), "dead": list(self.membership.dead),
+                "totals": totals, "nodes": dict(sorted(nodes.items()))}
+
+
+async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel tasks and wait for them to end."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

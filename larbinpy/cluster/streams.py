@@ -1,0 +1,204 @@
+"""URLs between nodes: each node's inbound stream, its outbox, and its pending hash upkeep.
+
+* `Inbox` reads this node's stream `in:<node>` through the consumer group: the jobs go into
+  the local persistent FIFO (pushed and flushed) and only then, in one MULTI/EXEC, into the
+  node's `pending` hash while the entry is acknowledged and deleted. A node killed between the
+  two leaves the entry unacknowledged: its next incarnation re-reads it (ID 0 first), or
+  whoever recovers the node moves it. Delivered at least once, never lost.
+* `Outbox` sends jobs this node holds but no longer owns (the live set changed, or a URL
+  arrived before the view was fresh) to their owner's stream, removing them from the pending
+  hash in the same script; an owner that is not live refuses, and the jobs are routed again
+  once a heartbeat has refreshed the view.
+* `Fetched` removes fetched URLs from the pending hash, a batch every FLUSH_S: after a
+  `kill -9`, what is still pending is what survivors fetch again -- URLs in flight and the
+  last FLUSH_S of fetches at most.
+
+The pending hash is why nothing is lost when a node dies for good: the node's FIFO files are
+on its own disk, so every URL it holds and has not fetched is also in Redis (about 100 bytes
+a URL of Redis memory, for the URLs queued in the whole cluster).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+
+from ..frontier import Frontier
+from ..records import Job
+from .link import GROUP, Link, decode_lines, encode_extra
+
+log = logging.getLogger("larbinpy.cluster")
+
+READ_COUNT = 64  # stream entries read at a time
+BLOCK_MS = 200  # longest wait for an entry in one read
+FLUSH_S = 0.1  # fetched URLs are removed from the pending hash this often
+CHUNK = 1000  # URLs per command (Lua's unpack limit is 8000 values)
+
+# KEYS: nodes, pending:me, in:owner. ARGV: owner, then url, extra pairs.
+# 0 when the owner is not live (nothing done), else 1: sent, and no longer pending here.
+FORWARD = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not expiry or tonumber(expiry) < now then return 0 end
+local lines, urls = {}, {}
+for i = 2, #ARGV, 2 do
+  lines[#lines + 1] = ARGV[i] .. '\\t' .. ARGV[i + 1]
+  urls[#urls + 1] = ARGV[i]
+end
+redis.call('XADD', KEYS[3], '*', 'j', table.concat(lines, '\\n'))
+redis.call('HDEL', KEYS[2], unpack(urls))
+return 1
+"""
+
+
+class Inbox:
+    """This node's stream into its local FIFO, acknowledged once the FIFO holds the jobs."""
+
+    def __init__(self, link: Link, frontier: Frontier, next_seq: Callable[[], int],
+                 on_queued: Callable[[], None]) -> None:
+        self.link, self.frontier = link, frontier
+        self.next_seq, self.on_queued = next_seq, on_queued
+        self.stream = link.key("in", link.node)
+        self.pending = link.key("pending", link.node)
+        self.node_key = link.key("node", link.node)
+        self.busy = False  # entries delivered and not yet acknowledged
+        self.received = 0  # jobs received
+
+    async def run(self) -> None:
+        """This consumer's unacknowledged entries first (ID 0), then new ones, until stopping.
+
+        A read blocks BLOCK_MS at most, so a stop waits no longer than that."""
+        start = "0"
+        while not self.link.stopping.is_set():
+            entries = await self.link.retrying("reading the inbound stream",
+                                               lambda s=start: self._read(s))
+            if entries:
+                self.busy = True
+                try:
+                    await self._take(entries)  # type: ignore[arg-type]
+                finally:
+                    self.busy = False
+            elif start == "0":
+                start = ">"
+
+    async def _read(self, start: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        """One XREADGROUP (blocking briefly for new entries)."""
+        self.link.round_trips += 1
+        reply = await self.link.redis.xreadgroup(
+            GROUP, self.link.node, {self.stream: start}, count=READ_COUNT,
+            block=BLOCK_MS if start == ">" else None)
+        return reply[0][1] if reply else []
+
+    async def _take(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
+        """Into the local FIFO (flushed), then pending + acknowledged + deleted, atomically."""
+        jobs: list[Job] = []
+        ids = [entry_id for entry_id, _ in entries]
+        for _, fields in entries:
+            jobs += decode_lines(fields.get(b"j", b""))
+        if jobs:
+            self.frontier.push(jobs)
+            self.frontier.flush()
+        commands: list[tuple[object, ...]] = []
+        for i in range(0, len(jobs), CHUNK):
+            pairs = [x for job in jobs[i:i + CHUNK] for x in (job.url, encode_extra(job))]
+            commands.append(("HSET", self.pending, *pairs))
+        commands += [("XACK", self.stream, GROUP, *ids), ("XDEL", self.stream, *ids),
+                     ("HSET", self.node_key, "idle", 0, "seq", self.next_seq())]
+        await self.link.retrying("acknowledging inbound URLs",
+                                 lambda: self.link.transaction(commands))
+        self.received += len(jobs)
+        if jobs:
+            self.on_queued()
+
+
+class Outbox:
+    """Jobs held here for sites other nodes own, on their way to the owners' streams."""
+
+    def __init__(self, link: Link, refresh: Callable[[], object],
+                 route: Callable[[Job], None]) -> None:
+        self.link = link
+        self.refresh, self.route = refresh, route  # refresh(): a heartbeat (awaitable)
+        self.script = link.script(FORWARD)
+        self.pending = link.key("pending", link.node)
+        self.queues: dict[str, list[Job]] = defaultdict(list)
+        self.busy = False
+        self.wake = asyncio.Event()
+        self.forwarded = 0
+
+    def add(self, owner: str, job: Job) -> None:
+        """Send this job to `owner` (soon, in a batch)."""
+        self.queues[owner].append(job)
+        self.wake.set()
+
+    def idle(self) -> bool:
+        """Nothing waiting to be sent."""
+        return not self.queues and not self.busy
+
+    async def run(self) -> None:
+        """Until the cluster stops: wait for jobs, send them."""
+        while not self.link.stopping.is_set():
+            if not self.queues:
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            await self.drain()
+
+    async def drain(self) -> None:
+        """Send everything queued; jobs an owner refused are routed again after a heartbeat."""
+        self.busy = True
+        try:
+            while self.queues:
+                owner, jobs = self.queues.popitem()
+                refused: list[Job] = []
+                for i in range(0, len(jobs), CHUNK):
+                    chunk = jobs[i:i + CHUNK]
+                    sent = await self.link.retrying(
+                        "forwarding URLs", lambda o=owner, c=chunk: self._send(o, c))
+                    if sent:
+                        self.forwarded += len(chunk)
+                    else:
+                        refused += chunk
+                if refused:
+                    await self.link.retrying("refreshing the live set", self.refresh)
+                    for job in refused:
+                        self.route(job)
+        finally:
+            self.busy = False
+
+    async def _send(self, owner: str, jobs: list[Job]) -> bool:
+        """One FORWARD script: True when sent."""
+        args: list[object] = [owner]
+        for job in jobs:
+            args += (job.url, encode_extra(job))
+        keys = [self.link.key("nodes"), self.pending, self.link.key("in", owner)]
+        return bool(await self.link.call(self.script, keys, args))
+
+
+class Fetched:
+    """URLs fetched here, removed from this node's pending hash in batches."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self.pending = link.key("pending", link.node)
+        self.urls: list[str] = []
+
+    def add(self, url: str) -> None:
+        """A job of this node was fetched (whatever the outcome)."""
+        self.urls.append(url)
+
+    async def run(self) -> None:
+        """Until the cluster stops: flush every FLUSH_S."""
+        while not self.link.stopping.is_set():
+            await self.link.pause(FLUSH_S)
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Remove the fetched URLs from the pending hash."""
+        while self.urls:
+            urls = self.urls[:CHUNK]
+            await self.link.retrying("removing fetched URLs",
+                                     lambda u=urls: self.link.execute("HDEL", self.pending, *u))
+            del self.urls[:len(urls)]

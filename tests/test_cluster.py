@@ -1,0 +1,419 @@
+"""Scale-out on Redis, in one process: several nodes (Crawlers) on one event loop, one real
+redis-server, the loopback test web. Judged by what the web server saw (each node sends its
+own `From` header, so every request names the node that made it)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, defaultdict
+
+import pytest
+import redis.asyncio as aioredis
+import redisserver
+from conftest import html
+
+from larbinpy.cluster import membership
+from larbinpy.cluster.membership import owner_of
+from larbinpy.config import parse_config
+from larbinpy.crawler import Crawler
+from larbinpy.localweb import Page, Site
+from larbinpy.status import snapshot
+from larbinpy.statuspage import metrics_text, render_html
+
+TIMEOUT = 30.0
+redis_url = redisserver.redis_url  # the fixture: a real redis-server per test
+
+
+@pytest.fixture(autouse=True)
+def fast_heartbeats(monkeypatch):
+    """In-process nodes beat fast, so joins and deaths show within a fraction of a second."""
+    monkeypatch.setattr(membership, "HEARTBEAT_S", 0.1)
+    monkeypatch.setattr(membership, "EXPIRY_S", 1.0)
+
+
+def grid_web(hosts: int = 9, pages: int = 6, delay: float = 0.0) -> list[Site]:
+    """`hosts` hosts on three IPs, each a ring of pages; robots.txt forbids /p0.html on h0."""
+    sites = []
+    for h in range(hosts):
+        site = {"/": html(*[f"/p{i}.html" for i in range(pages)])}
+        for i in range(pages):
+            site[f"/p{i}.html"] = Page(html(f"/p{(i + 1) % pages}.html", "/").body, delay=delay)
+        if h == 0:
+            site["/robots.txt"] = Page("User-agent: *\nDisallow: /p0.html\n",
+                                       content_type="text/plain")
+        sites.append(Site(f"h{h}.test", f"127.0.0.{2 + h % 3}", site))
+    return sites
+
+
+def chain_hosts(tw, hosts: int) -> None:
+    """Each host's root also links to the next host's root (ports are known only now)."""
+    for h in range(hosts):
+        site = tw.web.sites[f"h{h}.test"]
+        links = [f"/p{i}.html" for i in range(len(site.pages) - 1 - (h == 0))]
+        site.pages["/"] = html(*links, tw.url(f"h{(h + 1) % hosts}.test"))
+
+
+def star_hosts(tw, hosts: int, pages: int) -> None:
+    """h0's root also links to every other host's root: all sites start at once."""
+    links = [f"/p{i}.html" for i in range(1, pages)]  # /p0.html is disallowed on h0
+    tw.web.sites["h0.test"].pages["/"] = html(*links,
+                                              *[tw.url(f"h{h}.test") for h in range(1, hosts)])
+
+
+def expected_pages(tw, hosts: int, pages: int) -> set[str]:
+    """Every page a crawl from h0 may fetch (robots.txt excluded)."""
+    return {tw.url(f"h{h}.test", p) for h in range(hosts)
+            for p in ["/", *[f"/p{i}.html" for i in range(pages)]]} - {tw.url("h0.test",
+                                                                               "/p0.html")}
+
+
+def node_conf(tw, url: str, node: str, body: str = "") -> str:
+    """larbin.conf of one node: its own stateDir, saveDir and From header; exitAtEnd."""
+    d = tw.tmp / node
+    return (
+        f"stateDir {d}/state\nsaveDir {d}/save\ndnsServers {tw.dns.address}\n"
+        "allowNetworks 127.0.0.0/8 end\nhttpPort 0\ninputPort 0\nwaitDuration 0\n"
+        f"pagesConnexions 10\ncheckpointInterval 1\ndepthInSite 20\nexitAtEnd\n"
+        f"cluster {url}\nclusterName test\nnodeId {node}\nFrom {node}@test\n{body}\n"
+    )
+
+
+def node_names(tw, hosts: int, count: int, each: int = 2) -> list[str]:
+    """`count` node ids under which every node owns at least `each` of the hosts h0.. (the
+    owners depend on the web's port, known only once it runs)."""
+    sites = [tw.url(f"h{h}.test").rstrip("/") for h in range(hosts)]
+    for trial in range(1000):
+        names = [f"n{i + 1}-{trial}" for i in range(count)]
+        owned = Counter(owner_of(site, names) for site in sites)
+        if all(owned[n] >= each for n in names):
+            return names
+    raise AssertionError("no balanced node ids")
+
+
+async def until_fetched(tw, node: str, pages: int) -> None:
+    """Until `node` has sent `pages` page requests to the web (bounded)."""
+    for _ in range(400):
+        if sum(h.headers.get("From") == f"{node}@test" and h.path != "/robots.txt"
+               for h in tw.web.hits) >= pages:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{node} fetched fewer than {pages} pages")
+
+
+def by_node(tw) -> dict[str, set[str]]:
+    """host -> the nodes that requested anything from it."""
+    nodes: dict[str, set[str]] = defaultdict(set)
+    for hit in tw.web.hits:
+        nodes[hit.host].add(hit.headers.get("From", "?").split("@")[0])
+    return nodes
+
+
+async def live_nodes(url: str) -> list[str]:
+    """The live set as Redis has it."""
+    r = aioredis.Redis.from_url(url)
+    try:
+        return [n.decode() for n in await r.zrange("larbinpy:test:nodes", 0, -1)]
+    finally:
+        await r.aclose()
+
+
+async def wait_for_nodes(url: str, n: int) -> None:
+    """Until `n` nodes are live and each has seen the others (bounded)."""
+    for _ in range(200):
+        if len(await live_nodes(url)) >= n:
+            await asyncio.sleep(3 * membership.HEARTBEAT_S)
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"fewer than {n} nodes joined")
+
+
+def start(tw, url: str, node: str, body: str = "") -> tuple[Crawler, asyncio.Task[int]]:
+    """A node crawling in this process."""
+    crawler = Crawler(parse_config(node_conf(tw, url, node, body)), scratch=True)
+    return crawler, asyncio.ensure_future(asyncio.wait_for(crawler.run(), TIMEOUT))
+
+
+async def test_three_nodes_fetch_every_page_once_each_host_from_one_node(make_web, redis_url):
+    hosts, pages = 9, 6
+    tw = await make_web(grid_web(hosts, pages))
+    chain_hosts(tw, hosts)
+    names = node_names(tw, hosts, 3)
+    n2, t2 = start(tw, redis_url, names[1])
+    n3, t3 = start(tw, redis_url, names[2])
+    await wait_for_nodes(redis_url, 2)
+    n1, t1 = start(tw, redis_url, names[0], f"startUrl {tw.url('h0.test')}")
+    assert await asyncio.gather(t1, t2, t3) == [0, 0, 0]
+    fetched = Counter(tw.pages_fetched())
+    assert set(fetched) == expected_pages(tw, hosts, pages)
+    assert all(n == 1 for n in fetched.values()), fetched
+    owners = by_node(tw)
+    assert all(len(nodes) == 1 for nodes in owners.values()), owners
+    assert {node for nodes in owners.values() for node in nodes} == set(names)
+    for h in range(hosts):  # each host went to its rendezvous owner
+        site = tw.url(f"h{h}.test").rstrip("/")
+        assert owners[f"h{h}.test"] == {owner_of(site, names)}
+    assert tw.web.hits_for("h0.test")[0].path == "/robots.txt"
+    assert sum(c.stats.outcomes["success"] for c in (n1, n2, n3)) == len(fetched)
+
+
+def pick_hosts(tw, hosts: list[str], nodes: list[str]) -> dict[str, str]:
+    """node -> the first of `hosts` (running on the test web) that it owns."""
+    chosen: dict[str, str] = {}
+    for host in hosts:
+        chosen.setdefault(owner_of(tw.url(host).rstrip("/"), nodes), host)
+    assert set(chosen) == set(nodes), "no host for some node: add candidates"
+    return chosen
+
+
+async def test_a_last_page_sending_a_url_to_an_idle_node_does_not_end_the_crawl(
+        make_web, redis_url):
+    # n2 has nothing to do for a second (idle, reported idle); then n1's last page, slow,
+    # links to a site n2 owns. The crawl must not end before n2 has fetched it.
+    candidates = [f"r{i}.test" for i in range(12)]
+    tw = await make_web([Site(h, "127.0.0.2", {}) for h in candidates])
+    chosen = pick_hosts(tw, candidates, ["n1", "n2"])
+    first, second = tw.web.sites[chosen["n1"]], tw.web.sites[chosen["n2"]]
+    first.pages.update({"/": html("/slow.html"),
+                        "/slow.html": Page(html(tw.url(second.host, "/late.html")).body,
+                                           delay=1.0)})
+    second.pages["/late.html"] = html()
+    n2, t2 = start(tw, redis_url, "n2")
+    await wait_for_nodes(redis_url, 1)
+    n1, t1 = start(tw, redis_url, "n1", f"startUrl {tw.url(first.host)}")
+    assert await asyncio.gather(t1, t2) == [0, 0]
+    assert tw.url(second.host, "/late.html") in tw.pages_fetched()
+    assert by_node(tw)[second.host] == {"n2"}
+    assert n2.stats.outcomes["success"] == 1
+
+
+def gaps(hits) -> list[float]:
+    """Seconds between the end of each request and the start of the next one."""
+    hits = sorted(hits, key=lambda h: h.start)
+    return [b.start - a.end for a, b in zip(hits, hits[1:], strict=False)]
+
+
+async def test_the_per_ip_clock_holds_across_nodes(make_web, redis_url):
+    candidates = [f"ip{i}.test" for i in range(12)]
+    pages = {"/": html("/1.html", "/2.html", "/3.html"), "/1.html": html(), "/2.html": html(),
+             "/3.html": html()}
+    tw = await make_web([Site(h, "127.0.0.5", dict(pages)) for h in candidates])
+    chosen = pick_hosts(tw, candidates, ["n1", "n2"])
+    n2, t2 = start(tw, redis_url, "n2", "waitDuration 0.25")
+    await wait_for_nodes(redis_url, 1)
+    seeds = "".join(f"startUrl {tw.url(h)}\n" for h in chosen.values())
+    n1, t1 = start(tw, redis_url, "n1", "waitDuration 0.25\n" + seeds)
+    assert await asyncio.gather(t1, t2) == [0, 0]
+    hits = tw.web.hits
+    assert len(hits) == 2 * 5  # robots.txt and 4 pages, on each host
+    assert {h: n for h, n in by_node(tw).items()} == {h: {n} for n, h in chosen.items()}
+    # the server stamps `end` a little after the crawler saw the response end
+    assert min(gaps(hits)) >= 0.25 - 0.03, gaps(hits)
+    assert n1.cluster.ipclock.deferred + n2.cluster.ipclock.deferred > 0  # they did meet
+
+
+async def test_a_node_joining_mid_crawl_takes_over_a_share_of_sites(make_web, redis_url):
+    hosts, pages = 9, 8
+    tw = await make_web(grid_web(hosts, pages, delay=0.15))
+    star_hosts(tw, hosts, pages)
+    names = node_names(tw, hosts, 3)
+    n2, t2 = start(tw, redis_url, names[1])
+    await wait_for_nodes(redis_url, 1)
+    n1, t1 = start(tw, redis_url, names[0], f"startUrl {tw.url('h0.test')}")
+    await until_fetched(tw, names[0], 10)  # mid-crawl: every site started, none finished
+    n3, t3 = start(tw, redis_url, names[2])
+    assert await asyncio.gather(t1, t2, t3) == [0, 0, 0]
+    fetched = Counter(tw.pages_fetched())
+    assert set(fetched) == expected_pages(tw, hosts, pages)
+    assert all(n == 1 for n in fetched.values()), fetched
+    owners = by_node(tw)
+    taken = {h for h, nodes in owners.items() if names[2] in nodes}
+    assert taken, owners
+    for host in taken:  # n3 fetched only sites it owns once it is live ...
+        assert owner_of(tw.url(host).rstrip("/"), names) == names[2]
+    # ... and some of them had been started by another node: a takeover, not a fresh site
+    assert any(len(owners[h]) == 2 for h in taken), owners
+
+
+async def test_a_node_stopping_cleanly_hands_its_urls_over(make_web, redis_url):
+    hosts, pages = 9, 8
+    tw = await make_web(grid_web(hosts, pages, delay=0.1))
+    star_hosts(tw, hosts, pages)
+    names = node_names(tw, hosts, 3)
+    n2, t2 = start(tw, redis_url, names[1])
+    n3, t3 = start(tw, redis_url, names[2])
+    await wait_for_nodes(redis_url, 2)
+    n1, t1 = start(tw, redis_url, names[0], f"startUrl {tw.url('h0.test')}")
+    await until_fetched(tw, names[1], 2)  # n2 is in the middle of its sites
+    n2.request_stop()
+    assert await t2 == 0
+    assert await asyncio.gather(t1, t3) == [0, 0]
+    fetched = Counter(tw.pages_fetched())
+    assert set(fetched) == expected_pages(tw, hosts, pages)
+    assert all(n == 1 for n in fetched.values()), fetched  # clean: nothing fetched twice
+    owners = by_node(tw)
+    assert any(owners[h] >= {names[1]} and len(owners[h]) == 2 for h in owners), \
+        owners  # n2 had started sites that the others finished
+
+
+async def test_a_stopped_cluster_resumes_under_another_node(make_web, redis_url):
+    hosts, pages = 3, 8
+    tw = await make_web(grid_web(hosts, pages, delay=0.1))
+    chain_hosts(tw, hosts)
+    a, ta = start(tw, redis_url, "a", f"startUrl {tw.url('h0.test')}")
+    await asyncio.sleep(0.7)
+    a.request_stop()
+    assert await ta == 0
+    first = len(tw.pages_fetched())
+    assert 0 < first < len(expected_pages(tw, hosts, pages))
+    assert await live_nodes(redis_url) == []  # a left; its URLs wait in Redis for anyone
+    b, tb = start(tw, redis_url, "b")
+    assert await tb == 0
+    fetched = Counter(tw.pages_fetched())
+    assert set(fetched) == expected_pages(tw, hosts, pages)
+    assert all(n == 1 for n in fetched.values()), fetched
+    # a node restarted under its own id takes its pending URLs back at start-up
+    a2, ta2 = start(tw, redis_url, "a")
+    assert await ta2 == 0
+    assert len(tw.pages_fetched()) == len(fetched)  # nothing left, nothing fetched again
+
+
+async def test_status_page_and_metrics_show_the_cluster(make_web, redis_url):
+    hosts, pages = 4, 3
+    tw = await make_web(grid_web(hosts, pages))
+    chain_hosts(tw, hosts)
+    expected = len(expected_pages(tw, hosts, pages))
+    n2, t2 = start(tw, redis_url, "n2")
+    n2.cfg.exit_at_end = False
+    await wait_for_nodes(redis_url, 1)
+    n1, t1 = start(tw, redis_url, "n1", f"startUrl {tw.url('h0.test')}")
+    n1.cfg.exit_at_end = False
+    for _ in range(200):  # n1's status page shows the whole cluster's pages
+        await asyncio.sleep(0.05)
+        s = snapshot(n1)
+        if s["cluster"]["totals"]["success"] == expected:
+            break
+    else:
+        raise AssertionError(s["cluster"])
+    n1.request_stop()
+    n2.request_stop()
+    assert await asyncio.gather(t1, t2) == [0, 0]
+    assert len(tw.pages_fetched()) == expected
+    c = s["cluster"]
+    assert c["node"] == "n1" and c["live"] == ["n1", "n2"]
+    assert set(c["nodes"]) == {"n1", "n2"}
+    assert sum(f["success"] for f in c["nodes"].values()) == expected
+    assert c["totals"]["pages"] == sum(f["pages"] for f in c["nodes"].values())
+    page = render_html(s)
+    assert '<table id="cluster">' in page and "n2" in page
+    text = metrics_text(s)[0].decode()
+    assert f'larbinpy_pages_total{{node="n1"}} {float(s["pages"])}' in text
+    n2_success = c["nodes"]["n2"]["success"]
+    assert f'larbinpy_cluster_success_total{{node="n2"}} {float(n2_success)}' in text
+    assert 'larbinpy_cluster_live{node="n2"} 1.0' in text
+
+
+# --- the parts, against the same real redis-server ---
+
+
+def test_rendezvous_moves_only_the_sites_a_new_node_takes():
+    sites = [f"http://s{i}.test" for i in range(3000)]
+    two = {s: owner_of(s, ["a", "b"]) for s in sites}
+    three = {s: owner_of(s, ["a", "b", "c"]) for s in sites}
+    moved = [s for s in sites if two[s] != three[s]]
+    assert all(three[s] == "c" for s in moved)  # only to the newcomer
+    assert 800 < len(moved) < 1200  # about a third
+    assert Counter(two.values())["a"] in range(1350, 1650)  # balanced
+
+
+def test_jobs_travel_with_every_field():
+    from larbinpy.cluster.link import decode_job, decode_lines, encode_extra
+    from larbinpy.records import Job
+
+    job = Job("http://a.test/x?y=1", 3, 2, 1, 7, 1, 2)
+    assert decode_job(job.url, encode_extra(job)) == job
+    assert encode_extra(Job("http://a.test/", 5)) == '{"depth":5}'
+    line = f"{job.url}\t{encode_extra(job)}\nhttp://b.test/\t{{\"depth\":1}}".encode()
+    assert decode_lines(line) == [job, Job("http://b.test/", 1)]
+
+
+async def admission_of(url: str, node: str, tmp, bits: int = 1 << 20, k: int = 2):
+    """An Admission of its own (a node that only admits), with a fresh local cache."""
+    from larbinpy.cluster.link import Link
+    from larbinpy.cluster.redis_seen import Admission
+    from larbinpy.diskqueue import DiskFrontier
+    from larbinpy.hashset import BitmapSeenSet
+    from larbinpy.stats import Stats
+
+    link = Link(url, "unit", node)
+    cache = BitmapSeenSet(tmp / f"{node}.bitmap", bits, k)
+    frontier = DiskFrontier(tmp / f"{node}-frontier")
+    adm = Admission(link, cache, frontier, Stats(), lambda site: node, lambda: 1, lambda: None)
+    return adm, frontier
+
+
+async def test_setbit_is_a_test_and_set_across_nodes(redis_url, tmp_path):
+    from larbinpy.records import Job
+
+    a, fa = await admission_of(redis_url, "a", tmp_path)
+    b, fb = await admission_of(redis_url, "b", tmp_path)
+    urls = [f"http://x{i % 50}.test/p{i}" for i in range(3000)]
+    a.admit([Job(u, 1) for u in urls])
+    b.admit([Job(u, 1) for u in reversed(urls)])
+    await asyncio.gather(a.drain(), b.drain())  # concurrently, in batches of 2000
+    mine_a = [j.url for j in iter(fa.pop, None)]
+    mine_b = [j.url for j in iter(fb.pop, None)]
+    assert sorted(mine_a + mine_b) == sorted(urls)  # each URL new for exactly one node
+    assert mine_a and mine_b
+    assert a.stats.urls_seen + b.stats.urls_seen == len(urls)
+    assert a.stats.outcomes["urlDup"] + b.stats.outcomes["urlDup"] == len(urls)
+    assert a.link.round_trips == 2 and b.link.round_trips == 2  # 3000 URLs: two round trips
+    r = aioredis.Redis.from_url(redis_url)
+    assert await r.hlen("larbinpy:unit:pending:a") == len(mine_a)  # durable before queued
+    await r.aclose()
+    for adm in (a, b):
+        await adm.link.close()
+
+
+async def test_the_seen_set_is_split_in_keys_of_at_most_512_mib(redis_url, tmp_path,
+                                                                 monkeypatch):
+    from larbinpy.cluster import redis_seen
+    from larbinpy.records import Job
+
+    assert redis_seen.KEY_BITS == 1 << 32  # 512 MiB, Redis's largest string
+    monkeypatch.setattr(redis_seen, "KEY_BITS", 1 << 12)  # the same code, with tiny keys
+    adm, _ = await admission_of(redis_url, "a", tmp_path, bits=1 << 16, k=1)
+    adm.admit([Job(f"http://a.test/{i}", 1) for i in range(500)])
+    await adm.drain()
+    r = aioredis.Redis.from_url(redis_url)
+    keys = sorted([k.decode() for k in await r.keys("larbinpy:unit:seen:*")])
+    assert len(keys) == 16  # 2^16 bits in keys of 2^12
+    assert all([await r.strlen(k) <= (1 << 12) // 8 for k in keys])
+    assert sum([await r.bitcount(k) for k in keys]) == 500 - adm.stats.outcomes["urlDup"]
+    await r.aclose()
+    await adm.link.close()
+
+
+def test_cluster_keys_are_checked_by_the_configuration():
+    from larbinpy.config import ConfigError
+
+    cfg = parse_config("cluster redis://127.0.0.1:6379/0\nclusterName c\nnodeId n1\n")
+    assert (cfg.cluster, cfg.cluster_name, cfg.node_id) == ("redis://127.0.0.1:6379/0", "c",
+                                                            "n1")
+    with pytest.raises(ConfigError, match="redis://host:port/db"):
+        parse_config("cluster 127.0.0.1:6379\n")
+
+
+async def test_an_unreachable_redis_is_a_configuration_error(tmp_path):
+    import sys
+
+    from larbinpy.cluster.localredis import _free_port
+
+    conf = tmp_path / "larbin.conf"
+    conf.write_text(f"stateDir {tmp_path}/s\nhttpPort 0\ninputPort 0\nexitAtEnd\n"
+                    f"\ncluster redis://127.0.0.1:{_free_port()}/0\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "larbinpy", "-c", str(conf), "-q",
+        stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert b"larbin.conf:6: cluster redis://" in err and b"cannot use Redis" in err

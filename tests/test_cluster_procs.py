@@ -1,0 +1,97 @@
+"""Scale-out on Redis with real processes: `larbinpy -c` nodes sharing one redis-server, one
+killed with SIGKILL mid-crawl. Default heartbeats (0.5 s, dead after 3 s)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from collections import Counter
+
+import pytest
+import redisserver
+from test_cluster import (
+    by_node,
+    expected_pages,
+    grid_web,
+    live_nodes,
+    node_conf,
+    node_names,
+    star_hosts,
+)
+
+from larbinpy.cluster import membership
+from larbinpy.cluster.localredis import redis_server_path
+
+redis_url = redisserver.redis_url  # the fixture: a real redis-server per test
+
+
+async def start_node(tw, url: str, node: str, body: str = "") -> asyncio.subprocess.Process:
+    """`larbinpy -c node.conf` as its own process."""
+    conf = tw.tmp / f"{node}.conf"
+    conf.write_text(node_conf(tw, url, node, body))
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "larbinpy", "-c", str(conf), "-q",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, cwd=tw.tmp)
+
+
+async def wait_live(url: str, nodes: set[str]) -> None:
+    """Until these nodes are live and have seen each other (bounded)."""
+    for _ in range(300):
+        if nodes <= set(await live_nodes(url)):
+            await asyncio.sleep(2 * membership.HEARTBEAT_S)
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{nodes} did not all join")
+
+
+async def finish(proc: asyncio.subprocess.Process) -> None:
+    """Wait for a node to exit 0 (bounded)."""
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+
+
+async def test_kill_9_of_a_node_the_survivors_finish_everything(make_web, redis_url):
+    hosts, pages = 9, 8
+    tw = await make_web(grid_web(hosts, pages, delay=0.15))
+    star_hosts(tw, hosts, pages)
+    names = node_names(tw, hosts, 3)
+    n2 = await start_node(tw, redis_url, names[1])
+    n3 = await start_node(tw, redis_url, names[2])
+    await wait_live(redis_url, set(names[1:]))
+    n1 = await start_node(tw, redis_url, names[0], f"startUrl {tw.url('h0.test')}")
+    victim = names[1]
+    for _ in range(200):  # until the victim is in the middle of its sites
+        await asyncio.sleep(0.05)
+        if sum(h.headers.get("From") == f"{victim}@test" for h in tw.web.hits) >= 6:
+            break
+    n2.send_signal(signal.SIGKILL)
+    await n2.wait()
+    await asyncio.gather(finish(n1), finish(n3))
+    fetched = Counter(tw.pages_fetched())
+    assert set(fetched) == expected_pages(tw, hosts, pages)
+    # fetched twice at most: what was in flight on the victim, and its last fetches whose
+    # removal from the pending hash (every 0.1 s) had not reached Redis
+    refetched = sum(fetched.values()) - len(fetched)
+    assert refetched <= 8, fetched
+    owners = by_node(tw)
+    taken_over = [h for h, nodes in owners.items() if victim in nodes and len(nodes) > 1]
+    assert taken_over, owners  # the victim's sites were finished by the survivors
+    assert victim not in await live_nodes(redis_url)
+
+
+@pytest.mark.skipif(redis_server_path() is None, reason="redis-server is not installed "
+                    "(.ci/run installs it: apt-get install redis-server)")
+async def test_bench_nodes_compares_clusters_with_the_embedded_crawler():
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "larbinpy", "bench", "--nodes", "1,2", "--hosts", "4",
+        "--pages", "10", "--connections", "8", "--json",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    result = json.loads(out)
+    assert [r["nodes"] for r in result["runs"]] == [0, 1, 2]
+    assert all(r["pages"] == 40 for r in result["runs"]), result
+    assert result["runs"][0]["redis_round_trips_per_page"] == 0
+    assert all(r["redis_round_trips_per_page"] > 0 for r in result["runs"][1:])
