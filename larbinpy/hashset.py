@@ -58,7 +58,7 @@ class BitmapSeenSet:
         finally:
             os.close(fd)
 
-    def _positions(self, key: str) -> list[int]:
+    def positions(self, key: str) -> list[int]:
         """Bit positions of a key (Kirsch-Mitzenmacher double hashing for K > 1)."""
         if self.k == 1:
             return [_hash64(key.encode()) % self.bits]
@@ -77,7 +77,7 @@ class BitmapSeenSet:
                     out.append(key)
             return out
         for key in keys:
-            if not all(m[p >> 3] & (1 << (p & 7)) for p in self._positions(key)):
+            if not all(m[p >> 3] & (1 << (p & 7)) for p in self.positions(key)):
                 out.append(key)
         return out
 
@@ -85,7 +85,7 @@ class BitmapSeenSet:
         """Set the bits of every key."""
         m = self._map
         for key in keys:
-            for p in self._positions(key):
+            for p in self.positions(key):
                 m[p >> 3] |= 1 << (p & 7)
 
     def flush(self) -> None:

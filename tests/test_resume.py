@@ -138,7 +138,12 @@ async def test_make_run_demo_crawls_the_demo_web(tmp_path):
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "larbinpy.localweb.demo", "--", sys.executable, "-m", "larbinpy",
         "-c", "larbin.conf", "--scratch", cwd=tmp_path, stderr=asyncio.subprocess.PIPE)
-    _, err = await asyncio.wait_for(proc.communicate(), 120)
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), 120)
+    finally:
+        if proc.returncode is None:  # timed out: never leave the demo's ports taken
+            proc.kill()
+            await proc.wait()
     assert proc.returncode == 0, err.decode()
     summary = err.decode().strip().splitlines()[-1]
     assert summary.startswith("larbinpy: done") and "success" in summary

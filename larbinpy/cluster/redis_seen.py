@@ -138,7 +138,7 @@ class Admission:
 
     async def _admit(self, batch: list[tuple[Job, bool]]) -> bytes:
         """The ADMIT round trip: one flag per job (0 seen, 1 own and new, 2 sent)."""
-        positions = self.cache._positions  # the same bits as the cache: a cache hit is a hit
+        positions = self.cache.positions  # the same bits as the cache: a cache hit is a hit
         owner, me = self.owner, self.link.node
         args: list[object] = [self.link.prefix, me, self.cache.k, self.next_seq(), KEY_BITS]
         for job, force in batch:
