@@ -21,7 +21,7 @@ import signal
 import sys
 from urllib.parse import urldefrag, urljoin
 
-from larbinpy.localweb.dnsserver import DnsServer
+from larbinpy.localweb.dnsserver import DnsServer, start_dns_for
 from larbinpy.localweb.web import LocalWeb, Page, Site, redirect
 
 DEMO_DNS_PORT = 15353
@@ -292,13 +292,7 @@ async def start_demo(http_port: int = DEMO_HTTP_PORT, dns_port: int = DEMO_DNS_P
     if http_port == 0:  # absolute links must carry the port actually bound
         for site, fresh in zip(sites, demo_sites(web.port), strict=True):
             site.pages = fresh.pages
-    dns = DnsServer(web.dns_records, port=dns_port)
-    try:
-        await dns.start()
-    except BaseException:
-        await web.stop()
-        raise
-    return web, dns
+    return web, await start_dns_for(web, dns_port)
 
 
 async def _run_child(cmd: list[str]) -> int:

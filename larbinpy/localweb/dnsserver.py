@@ -14,9 +14,12 @@ import ipaddress
 import logging
 import socket
 from collections import Counter
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from dnslib import AAAA, QTYPE, RCODE, RR, A, DNSRecord
+
+if TYPE_CHECKING:
+    from larbinpy.localweb.web import LocalWeb
 
 log = logging.getLogger(__name__)
 
@@ -175,3 +178,14 @@ class DnsServer:
             pass
         finally:
             writer.close()
+
+
+async def start_dns_for(web: LocalWeb, port: int = 0) -> DnsServer:
+    """A DNS server answering for a started LocalWeb's hosts (the web is stopped if it fails)."""
+    dns = DnsServer(web.dns_records, port=port)
+    try:
+        await dns.start()
+    except BaseException:
+        await web.stop()
+        raise
+    return dns

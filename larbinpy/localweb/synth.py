@@ -30,7 +30,7 @@ import signal
 import sys
 from collections.abc import Iterator
 
-from larbinpy.localweb.dnsserver import DnsServer
+from larbinpy.localweb.dnsserver import DnsServer, start_dns_for
 from larbinpy.localweb.web import LocalWeb, Page, Site
 
 DOMAIN = "bench.test"
@@ -222,13 +222,7 @@ async def start_synth(
     web = LocalWeb(sites, port=http_port, page_factory=factory, record=record)
     await web.start()
     factory.port = web.port
-    dns = DnsServer(web.dns_records, port=dns_port)
-    try:
-        await dns.start()
-    except BaseException:
-        await web.stop()
-        raise
-    return web, dns, factory
+    return web, await start_dns_for(web, dns_port), factory
 
 
 def _write_ready(path: str, text: str) -> None:
