@@ -94,14 +94,20 @@ class Opener:
             site.in_ready = False
             if self.stopping:
                 break
-            now = loop.time()
-            # the site waited in the queue: another worker may have used its turn meanwhile
-            if self._verdict(site, now) != "go":
-                self.consider(site)
-            elif self.robots.needs_fetch(site, now):
-                await self._run(site, None)
-            else:
-                await self._run(site, self.sites.take(site))
+            try:
+                await self._turn(site, loop.time())
+            except Exception:  # a bug must cost one fetch, never a connection slot for good
+                log.exception("bug in the opener for %s", site.key)
+
+    async def _turn(self, site: Site, now: float) -> None:
+        """A ready site's turn: robots.txt first if due, else its next job."""
+        # the site waited in the queue: another worker may have used its turn meanwhile
+        if self._verdict(site, now) != "go":
+            self.consider(site)
+        elif self.robots.needs_fetch(site, now):
+            await self._run(site, None)
+        else:
+            await self._run(site, self.sites.take(site))
 
     async def _run(self, site: Site, job: Job | None) -> None:
         """One fetch (robots.txt when job is None) between the politeness bookkeeping."""
