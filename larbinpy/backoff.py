@@ -40,6 +40,7 @@ def back_off(site: Site, header: str | None, cap: float, now: float) -> float:
     site.backoffs += 1
     pause = retry_after(header, cap)
     if pause is None:
-        pause = min(max(site.delay, BACKOFF_MIN) * 2 ** (site.backoffs - 1), cap)
+        # the exponent is bounded: a server answering 429 a thousand times must not overflow it
+        pause = min(max(site.delay, BACKOFF_MIN) * 2 ** min(site.backoffs - 1, 30), cap)
     site.ready_at = max(site.ready_at, now + pause)
     return pause

@@ -367,7 +367,7 @@ RANGES: list[tuple[str, float, float | None]] = [
     ("maxbandwidth", 0, None), ("percall", 1, None), ("robotsttl", 0, None),
     ("maxlinksperpage", 0, None), ("checkpointinterval", 0.1, None), ("inputmaxbody", 1, None),
     ("inputmaxurls", 1, None), ("maxretries", 0, 100), ("maxretryafter", 0, None),
-    ("maxcrawldelay", 0, None), ("sitemappriority", 0, 1000),
+    ("maxcrawldelay", 0, None), ("sitemappriority", 0, 9),
 ]
 
 

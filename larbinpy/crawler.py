@@ -163,6 +163,10 @@ class Crawler:
         self.input.restore(self.saved.jobs)
         for key in list(self.spill.sites()):
             self.sites.adopt(key)
+        if self.saved.jobs:
+            # the restored jobs are on the FIFOs again: a new checkpoint keeps a second crash
+            # from restoring them a second time
+            self.checkpoint()
         self.saved.jobs = []
 
     async def _load_seeds(self) -> None:
@@ -239,16 +243,21 @@ class Crawler:
         """Once a second: throughput sample and progress line."""
         while True:
             await asyncio.sleep(1.0)
+            now = asyncio.get_running_loop().time()
             self.stats.sample()
             self.progress.update()
-            self.sites.evict(asyncio.get_running_loop().time())
+            self.sites.evict(now)
+            self.dns.purge(now)
             self.changed()  # belt and braces: the done check is exact, this only re-runs it
 
     async def _checkpoints(self) -> None:
         """Every checkpointInterval seconds: save state (bounds re-fetches after a crash)."""
         while True:
             await asyncio.sleep(self.cfg.checkpoint_interval)
-            self.checkpoint()
+            try:
+                self.checkpoint()
+            except OSError:  # disk full: keep crawling, the next checkpoint may succeed
+                log.exception("checkpoint failed; the previous one stays valid")
 
     # --- signals and shutdown ---
 

@@ -25,7 +25,7 @@ from .statuspage import metrics_text, render_html
 if TYPE_CHECKING:
     from .crawler import Crawler
 
-MAX_PRIORITY = 1000  # priorities are FIFO names: keep their number small
+MAX_PRIORITY = 9  # each priority is a FIFO with its own files: keep their number small
 TAG_MIN, TAG_MAX = -(2**31), 2**31 - 1  # larbin's tags are C ints
 
 

@@ -133,10 +133,12 @@ class Sites:
             key = next(iter(self.idle))
             del self.idle[key]
             site = self.by_key.get(key)
-            if site is None or site.in_flight or self.has_work(site) or site.timer:
-                continue
-            if site.ready_at > now or (site.ip is not None and site.ip.ready_at > now):
-                continue  # its politeness clock still matters
+            if site is None or site.in_flight or self.has_work(site):
+                continue  # busy again: it will rest again later
+            if site.timer or site.ready_at > now or (site.ip is not None
+                                                      and site.ip.ready_at > now):
+                self.idle[key] = None  # its politeness clock still matters: later
+                break
             del self.by_key[key]
             forgotten += 1
         return forgotten

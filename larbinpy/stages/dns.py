@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +37,8 @@ from ..records import Site, SiteState
 from ..sites import Sites
 from ..stats import Stats
 
+log = logging.getLogger("larbinpy.dns")
+MAX_CACHE = 200_000  # hosts whose answer is kept
 TTL_FLOOR = 60.0  # a TTL of 0 must not mean one query per fetch
 TTL_CEILING = 6 * 3600.0  # a long crawl should notice a host that moved
 NEGATIVE_TTL = 300.0  # how long a failed host stays failed
@@ -126,6 +129,14 @@ class Dns:
         version = self.cfg.ip_version
         return version == "any" or (":" in ip) == (version == "6")
 
+    def purge(self, now: float) -> None:
+        """Forget expired entries when the cache is large (memory bounded on long crawls)."""
+        if len(self.cache) > MAX_CACHE:
+            for host in [h for h, (expires, _) in self.cache.items() if expires <= now]:
+                del self.cache[host]
+        while len(self.cache) > MAX_CACHE:  # still too many: the oldest go first
+            del self.cache[next(iter(self.cache))]
+
     def _cached(self, host: str, now: float) -> tuple[list[str], None] | None:
         """A cache entry still valid, else None."""
         entry = self.cache.get(host)
@@ -154,11 +165,16 @@ class Dns:
         """One of `dnsConnexions`: resolve queued hosts one at a time."""
         while True:
             host = await self.queue.get()
-            ips, ttl = await self._query(host)
-            now = asyncio.get_running_loop().time()
-            self.cache[host] = (now + ttl, ips)
-            fut = self.inflight.pop(host)
-            fut.set_result(ips)
+            ips: list[str] = []
+            ttl = NEGATIVE_TTL
+            try:
+                ips, ttl = await self._query(host)
+            except Exception:  # whatever c-ares does, the waiters must get an answer
+                log.exception("DNS lookup of %s failed unexpectedly", host)
+            finally:
+                now = asyncio.get_running_loop().time()
+                self.cache[host] = (now + ttl, ips)
+                self.inflight.pop(host).set_result(ips)
 
     async def _query(self, host: str) -> tuple[list[str], float]:
         """Ask the DNS server(s): (addresses, seconds to cache them)."""

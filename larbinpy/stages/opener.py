@@ -61,9 +61,9 @@ class Opener:
 
     def _verdict(self, site: Site, now: float) -> str | float | None:
         """"go", "ip" (its IP is busy), a time to wait for, or None (nothing to do now)."""
+        if not self.sites.has_work(site):
+            return None  # robots.txt is fetched for a site's pages, never for its own sake
         robots_first = self.robots.needs_fetch(site, now)
-        if not (robots_first or self.sites.has_work(site)):
-            return None
         if site.in_flight >= (1 if robots_first else self.per_host):
             return None  # the end of the running fetch considers the site again
         ip = site.ip

@@ -7,9 +7,13 @@ stages, so a flood of new URLs never starves DNS or the readers.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from ..frontier import Frontier
 from ..sites import Sites
+
+log = logging.getLogger("larbinpy.sequencer")
+RETRY_DELAY = 5.0
 
 
 class Sequencer:
@@ -33,7 +37,11 @@ class Sequencer:
                 self.wake.clear()
                 await self.wake.wait()
                 continue
-            self.turn(loop.time())
+            try:
+                self.turn(loop.time())
+            except OSError:  # disk full, too many files: the queues are on disk; try again soon
+                log.exception("sequencer: cannot move jobs to their sites; retrying in 5 s")
+                await asyncio.sleep(RETRY_DELAY)
             await asyncio.sleep(0)  # one turn = perCall jobs; let the other stages run
 
     def turn(self, now: float) -> int:
