@@ -225,7 +225,11 @@ class Ports:
         )
 
     def _authorize(self, request: web.Request) -> None:
-        """401 unless the bearer token matches (when inputToken is set)."""
+        """403 for a browser page's request; 401 unless the bearer token matches (if set)."""
+        if "Origin" in request.headers:
+            # Browsers add Origin to a page's cross-site POST; larbinpy submit and curl do not.
+            # Without this, any web page the operator opens could feed the crawler URLs.
+            raise BadSubmission(403, "requests from web pages (with an Origin header) are refused")
         token = self.cfg.input_token
         if token is None:
             return

@@ -243,3 +243,19 @@ async def test_max_bandwidth_paces_reading_and_drops_nothing(make_web):
     # ~360 kB at 120 kB/s with a one-second burst: at least two seconds of reading
     assert elapsed >= 1.8, elapsed
     assert crawler.stats.bytes >= 6 * 60_000
+
+
+async def test_urls_refused_by_robots_cost_no_politeness_wait(make_web):
+    pages = {"/": html(*[f"/no/{i}.html" for i in range(20)], "/yes.html"),
+             "/yes.html": html(),
+             "/robots.txt": Page("User-agent: *\nDisallow: /no/\n", content_type="text/plain")}
+    tw = await make_web([Site("polite.test", "127.0.0.2", pages)])
+    start = time.monotonic()
+    crawler = await tw.crawl(f"startUrl {tw.url('polite.test')}\nwaitDuration 0.5\n")
+    elapsed = time.monotonic() - start
+    assert crawler.stats.outcomes["forbiddenRobots"] == 20
+    assert {h.path for h in tw.web.hits} == {"/robots.txt", "/", "/yes.html"}
+    # robots.txt, /, /yes.html: two waits; 20 refused URLs would have cost 10 s more
+    assert elapsed < 3.0, elapsed
+    gaps_seen = gaps(tw.web.hits)
+    assert min(gaps_seen) >= 0.5 - 0.02

@@ -115,6 +115,8 @@ async def test_status_page_json_and_metrics_show_the_figures(make_web):
         ({"json": {"urls": [f"http://x/{i}" for i in range(11)]}}, 413, "inputMaxUrls"),
         ({"data": b"x" * 5000, "headers": {"Content-Type": "text/plain"}}, 413, "inputMaxBody"),
         ({"data": b"<xml/>", "headers": {"Content-Type": "application/xml"}}, 415, "type"),
+        ({"data": "http://x/\n", "headers": {"Content-Type": "text/plain",
+                                              "Origin": "http://evil.example"}}, 403, "Origin"),
     ],
 )
 async def test_bad_submissions_are_refused_with_a_reason_and_queue_nothing(

@@ -21,6 +21,7 @@ from .reader import Reader
 from .robots import Robots
 
 log = logging.getLogger("larbinpy.opener")
+REFUSALS_PER_TURN = 1000  # refused jobs counted in one turn, so one site cannot stall the loop
 
 
 class Opener:
@@ -106,8 +107,25 @@ class Opener:
             self.consider(site)
         elif self.robots.needs_fetch(site, now):
             await self._run(site, None)
-        else:
-            await self._run(site, self.sites.take(site))
+        elif (job := self._next_fetchable(site)) is not None:
+            await self._run(site, job)
+        else:  # every job it had was refused without a request: no politeness wait is owed
+            self.consider(site)
+            self.sites.rest(site)
+            self.on_fetch_done()
+
+    def _next_fetchable(self, site: Site) -> Job | None:
+        """The site's next job that needs a request; refused ones (robots.txt, maxPagesPerSite)
+        are counted on the way, at most REFUSALS_PER_TURN of them per turn."""
+        for _ in range(REFUSALS_PER_TURN):
+            if not self.sites.has_work(site):
+                return None
+            job = self.sites.take(site)
+            refusal = self.reader.refusal(site, job)
+            if refusal is None:
+                return job
+            self.reader.stats.count(refusal)
+        return None
 
     async def _run(self, site: Site, job: Job | None) -> None:
         """One fetch (robots.txt when job is None) between the politeness bookkeeping."""

@@ -72,16 +72,22 @@ class Reader:
         self.sites = robots.sites  # a job a site asked us to retry goes back to its queue
         self.cookies = CookieJar() if cfg.cookies else None
 
+    def refusal(self, site: Site, job: Job) -> str | None:
+        """Why a job must not be requested at all (its outcome kind), or None.
+
+        The opener asks before a fetch, so refused jobs cost no connection and no politeness
+        wait: a site whose queue is all disallowed drains at once, not one URL per waitDuration.
+        """
+        if not self.robots.allowed(site, job.url):
+            return "forbiddenRobots"
+        if self.cfg.max_pages_per_site and site.pages >= self.cfg.max_pages_per_site:
+            return "outOfScope"
+        return None
+
     async def fetch(self, site: Site, job: Job) -> None:
         """Fetch one job and count its outcome."""
         if not self.outputs.ready:  # storage full or a slow hook: back-pressure, not memory
             await self.outputs.wait_ready()
-        if not self.robots.allowed(site, job.url):
-            self.stats.count("forbiddenRobots")
-            return
-        if self.cfg.max_pages_per_site and site.pages >= self.cfg.max_pages_per_site:
-            self.stats.count("outOfScope")
-            return
         site.pages += 1
         self.stats.count(await self._request(site, job))
 
