@@ -49,6 +49,7 @@ class IpSlot:
     in_flight: int = 0
     ready_at: float = 0.0
     waiting: deque[Site] = field(default_factory=deque)
+    users: int = 0  # sites attached to it: a slot no site uses is forgotten with them
 
 
 @dataclass(slots=True, eq=False)

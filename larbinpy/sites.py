@@ -140,15 +140,27 @@ class Sites:
                 self.idle[key] = None  # its politeness clock still matters: later
                 break
             del self.by_key[key]
+            self._detach(site)
             forgotten += 1
         return forgotten
 
-    def ip_slot(self, addr: str) -> IpSlot:
-        """The politeness slot of an IP address."""
+    def attach(self, site: Site, addr: str) -> None:
+        """Give a site the politeness slot of its address (shared by every site on it)."""
         slot = self.ips.get(addr)
         if slot is None:
             slot = self.ips[addr] = IpSlot(addr)
-        return slot
+        if site.ip is not slot:
+            self._detach(site)
+            slot.users += 1
+            site.ip = slot
+
+    def _detach(self, site: Site) -> None:
+        """A site leaves its slot; a slot nobody uses any more is forgotten."""
+        slot, site.ip = site.ip, None
+        if slot is not None:
+            slot.users -= 1
+            if slot.users <= 0 and not slot.in_flight and not slot.waiting:
+                self.ips.pop(slot.addr, None)
 
     def jobs(self) -> Iterator[Job]:
         """The jobs in the in-memory windows, for a checkpoint (spill files have cursors)."""

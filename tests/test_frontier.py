@@ -109,3 +109,27 @@ async def test_checkpoint_cursors_resume_exactly_what_was_not_taken(tmp_path: Pa
 def test_event_loop_not_needed_for_frontier_checks():
     # the frontier tests above drive the stages synchronously: no hidden awaits in between
     assert asyncio.iscoroutinefunction(Crawler.run)
+
+
+async def test_idle_sites_and_their_ip_slots_are_forgotten_beyond_the_bound(
+    tmp_path: Path, monkeypatch
+):
+    import larbinpy.sites as sites_module
+
+    monkeypatch.setattr(sites_module, "MAX_IDLE_SITES", 10)
+    crawler = crawler_for(tmp_path)
+    crawler.sites.on_new_site = lambda site: None
+    crawler.input.submit([f"http://s{i}.example.org/" for i in range(50)])
+    while crawler.sequencer.turn(0.0):
+        pass
+    for i, site in enumerate(list(crawler.sites.by_key.values())):
+        crawler.sites.attach(site, f"10.0.0.{i}")
+        crawler.sites.take(site)  # fetched: nothing left to do
+        crawler.sites.rest(site)
+    assert crawler.sites.evict(now=1.0) == 40
+    assert len(crawler.sites.by_key) == 10 and len(crawler.sites.ips) == 10
+    # a later URL of a forgotten site starts it afresh
+    crawler.input.submit(["http://s0.example.org/again"])
+    crawler.sequencer.turn(0.0)
+    assert "http://s0.example.org" in crawler.sites.by_key
+    crawler._close()

@@ -100,7 +100,7 @@ class Dns:
 
     def _via_proxy(self, site: Site) -> None:
         """The proxy resolves this host: on to robots.txt (or ready) without a query."""
-        site.ip = self.sites.ip_slot("host " + site.host)
+        self.sites.attach(site, "host " + site.host)
         site.state = SiteState.ROBOTS if self.cfg.robots else SiteState.READY
         self.on_resolved(site)
 
@@ -157,7 +157,7 @@ class Dns:
             self.sites.drop(site, site.dead_reason)
             self.sites.rest(site)
         else:
-            site.ip = self.sites.ip_slot(politeness_key(allowed[0]))
+            self.sites.attach(site, politeness_key(allowed[0]))
             site.state = SiteState.ROBOTS if self.cfg.robots else SiteState.READY
         self.on_resolved(site)
 
