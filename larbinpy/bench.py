@@ -409,13 +409,22 @@ def nodes_bench(args: argparse.Namespace) -> int:
     """`--nodes 1,2`: processes against the embedded default (see cluster/bench.py)."""
     from .cluster.bench import bench_nodes, report_nodes
 
+    return run_and_report(args, bench_nodes, report_nodes)
+
+
+def run_and_report(
+    args: argparse.Namespace,
+    measure: Callable[[argparse.Namespace, Path], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+) -> int:
+    """Measure in a temporary folder, print the report (or JSON); 1 if the measure fails."""
     with tempfile.TemporaryDirectory(prefix="larbinpy-bench-") as tmp:
         try:
-            result = bench_nodes(args, Path(tmp))
+            result = measure(args, Path(tmp))
         except Exception as exc:
             print(f"larbinpy bench: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
-    print(json.dumps(result) if args.json else report_nodes(result))
+    print(json.dumps(result) if args.json else render(result))
     return 0
 
 
@@ -429,11 +438,4 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(-1)  # warnings only: logging must not cost the crawl CPU
     if args.nodes:
         return nodes_bench(args)
-    with tempfile.TemporaryDirectory(prefix="larbinpy-bench-") as tmp:
-        try:
-            result = bench(args, Path(tmp))
-        except Exception as exc:
-            print(f"larbinpy bench: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
-    print(json.dumps(result) if args.json else report_text(result))
-    return 0
+    return run_and_report(args, bench, report_text)

@@ -13,7 +13,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import trustme
-from aiohttp import web
 from conftest import TestWeb
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -21,7 +20,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from larbinpy.localweb import DnsServer, LocalWeb, Page, Site
-from larbinpy.localweb.web import bind_same_port
 
 # --- IPv6 ---
 
@@ -105,7 +103,7 @@ class TlsWeb(LocalWeb):
         """Absolute https URL of `path` on `host`."""
         return "https" + super().url(host, path)[4:]
 
-    def _server_context(self) -> ssl.SSLContext:
+    def ssl_context(self) -> ssl.SSLContext:
         """The listening context: switches to the host's own context on SNI."""
         default = next(iter(self.contexts.values()))
 
@@ -115,18 +113,6 @@ class TlsWeb(LocalWeb):
 
         default.sni_callback = pick  # type: ignore[assignment]
         return default
-
-    async def start(self) -> None:
-        """Listen with TLS on every site IP at one common port."""
-        server = web.Server(self._handle, access_log=None)
-        self._runner = web.ServerRunner(server, shutdown_timeout=0.5)
-        await self._runner.setup()
-        socks = bind_same_port(self.ips, self.port)
-        self.port = socks[0].getsockname()[1]
-        ctx = self._server_context()
-        for sock in socks:
-            await web.SockSite(self._runner, sock, ssl_context=ctx).start()
-
 
 # --- a loopback HTTP proxy ---
 

@@ -11,6 +11,7 @@ import asyncio
 import errno
 import ipaddress
 import socket
+import ssl
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -175,6 +176,10 @@ class LocalWeb:
         """An aiohttp resolver mapping this web's host names to their IPs (no DNS needed)."""
         return StaticResolver(self.dns_records)
 
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """TLS for the listeners (None: plain HTTP); a subclass serving HTTPS overrides it."""
+        return None
+
     async def start(self) -> None:
         """Listen on every site IP at one common port."""
         server = web.Server(self._handle, access_log=None)
@@ -184,7 +189,8 @@ class LocalWeb:
         socks = bind_same_port(self.ips, self.port)
         self.port = socks[0].getsockname()[1]
         for sock in socks:
-            site = web.SockSite(self._runner, sock, backlog=_BACKLOG)
+            site = web.SockSite(self._runner, sock, backlog=_BACKLOG,
+                                ssl_context=self.ssl_context())
             await site.start()
 
     async def stop(self) -> None:
