@@ -40,11 +40,12 @@ from .localweb.web import StaticResolver
 
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
-# larbin's 1-function bitmap would lose about n^2 / (2 * bits) URLs to false positives (~3 at
-# 20,000 URLs in 2^26 bits); two functions make it ~0 for the benchmark's sizes, and a larger
-# bitmap would cost RSS, as every seen URL touches a page of the mapped file.
-HASH_BITS = 1 << 26
-HASH_FUNCTIONS = 2
+# larbin's one-function bitmap, as configured by default: n URLs lose about n^2 / (2 * bits)
+# to false positives (~0.75 of 20,000 in 2^28 bits; a warning says so when it happens). A
+# larger bitmap would cost RSS (every seen URL touches a page of the mapped file); two
+# functions cost a second hash and a second page touch per link.
+HASH_BITS = 1 << 28
+HASH_FUNCTIONS = 1
 
 
 @dataclass

@@ -76,9 +76,17 @@ class BitmapSeenSet:
                 if not m[p >> 3] & (1 << (p & 7)):
                     out.append(key)
             return out
+        bits, k = self.bits, self.k
         for key in keys:
-            if not all(m[p >> 3] & (1 << (p & 7)) for p in self.positions(key)):
-                out.append(key)
+            # a seen key has every bit set; most links were seen, so test bit by bit and stop
+            # at the first clear one rather than computing all K positions first
+            h = _hash128(key.encode())
+            h1, h2 = h & _MASK64, (h >> 64) | 1
+            for i in range(k):
+                p = (h1 + i * h2) % bits
+                if not m[p >> 3] & (1 << (p & 7)):
+                    out.append(key)
+                    break
         return out
 
     def add(self, keys: Iterable[str]) -> None:
