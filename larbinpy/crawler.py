@@ -75,19 +75,19 @@ class Crawler:
         self.sites = Sites(self.stats, cfg.wait_duration, self.spill)
         self.input = Input(cfg, self.normalizer, self.seen, self.frontier, self.stats)
         self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call)
-        self.robots = Robots(cfg, self.stats, self.sites)
+        policy = NetworkPolicy(cfg.allow_networks)  # one for DNS and robots.txt redirects
+        self.robots = Robots(cfg, self.stats, self.sites, policy)
         self.outputs = Outputs(cfg, self.stats)
         self.limiter = BandwidthLimiter(cfg.max_bandwidth) if cfg.max_bandwidth else None
         self.reader = Reader(cfg, self.stats, self.normalizer, self.robots, self.input,
                              self.outputs, self.limiter, self.contents,
-                             keep_raw=self.outputs.keep_raw)
+                             keep_raw=self.outputs.keep_raw, sites=self.sites)
         if self.outputs.keep_raw:  # archives record robots.txt exchanges too
             self.robots.record = self.outputs.record_robots
         if cfg.sitemaps:  # robots.txt's Sitemap: lines are fed to input like links
             self.robots.on_sitemaps = self.input.add_sitemaps
         self.opener = Opener(cfg, self.sites, self.robots, self.reader, self.changed)
-        self.dns = Dns(cfg, self.stats, self.sites, NetworkPolicy(cfg.allow_networks),
-                       self._resolved)
+        self.dns = Dns(cfg, self.stats, self.sites, policy, self._resolved)
         # the pipeline's arrows
         self.input.on_queued = self.sequencer.notify
         self.sites.on_new_site = self.dns.submit

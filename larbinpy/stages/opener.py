@@ -121,10 +121,8 @@ class Opener:
             if not self.sites.has_work(site):
                 return None
             job = self.sites.take(site)
-            refusal = self.reader.refusal(site, job)
-            if refusal is None:
+            if not self.reader.refused(site, job):
                 return job
-            self.reader.stats.count(refusal)
         return None
 
     async def _run(self, site: Site, job: Job | None) -> None:

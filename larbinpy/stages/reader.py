@@ -37,6 +37,7 @@ from ..scope import url_extension
 from ..sitemaps import MAX_BYTES as SITEMAP_MAX_BYTES
 from ..sitemaps import SitemapError
 from ..sitemaps import parse as parse_sitemap
+from ..sites import Sites
 from ..stats import Stats
 from ..urls import Normalizer
 from .bandwidth import BandwidthLimiter
@@ -61,6 +62,7 @@ class Reader:
         limiter: BandwidthLimiter | None,
         contents: SeenSet | None,
         keep_raw: bool = False,
+        sites: Sites | None = None,
     ) -> None:
         self.cfg, self.stats, self.normalizer = cfg, stats, normalizer
         self.robots, self.input = robots, input_stage
@@ -69,20 +71,23 @@ class Reader:
         self.contents = contents  # noDup: digests of bodies already seen
         self.keep_raw = keep_raw  # an archival output wants the bytes as received
         self.session: aiohttp.ClientSession | None = None
-        self.sites = robots.sites  # a job a site asked us to retry goes back to its queue
+        # a job a site asked us to retry (429/503) goes back to its site's queue
+        self.sites = sites if sites is not None else robots.sites
         self.cookies = CookieJar() if cfg.cookies else None
 
-    def refusal(self, site: Site, job: Job) -> str | None:
-        """Why a job must not be requested at all (its outcome kind), or None.
+    def refused(self, site: Site, job: Job) -> bool:
+        """Must this job not be requested at all? (If so, its outcome is counted here.)
 
         The opener asks before a fetch, so refused jobs cost no connection and no politeness
         wait: a site whose queue is all disallowed drains at once, not one URL per waitDuration.
         """
         if not self.robots.allowed(site, job.url):
-            return "forbiddenRobots"
+            self.stats.count("forbiddenRobots")
+            return True
         if self.cfg.max_pages_per_site and site.pages >= self.cfg.max_pages_per_site:
-            return "outOfScope"
-        return None
+            self.stats.count("outOfScope")
+            return True
+        return False
 
     async def fetch(self, site: Site, job: Job) -> None:
         """Fetch one job and count its outcome."""

@@ -96,12 +96,14 @@ def parse_rules(data: bytes) -> Protego | None:
 class Robots:
     """Fetches, parses and applies robots.txt per site."""
 
-    def __init__(self, cfg: Config, stats: Stats, sites: Sites) -> None:
+    def __init__(
+        self, cfg: Config, stats: Stats, sites: Sites, policy: NetworkPolicy | None = None
+    ) -> None:
         self.cfg, self.stats, self.sites = cfg, stats, sites
         self.session: aiohttp.ClientSession | None = None
         self.agent = product_token(cfg.user_agent)
         # host names are checked by the crawl's resolver; IP literals must be checked here
-        self.policy = NetworkPolicy(cfg.allow_networks)
+        self.policy = policy or NetworkPolicy(cfg.allow_networks)
         # set when an archival output (WARC) wants robots.txt exchanges recorded too
         self.record: Callable[[Page], None] | None = None
         # set by the reader: where `Sitemap:` lines go (base URL, sitemap URLs, nesting)
