@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from . import __version__
-from .client import make_session
+from .client import make_http1, make_session
 from .config import Config
 from .diskqueue import DiskFrontier, SiteSpill
 from .hashset import BitmapSeenSet
@@ -133,6 +133,7 @@ class Crawler:
         self._resume()
         session = make_session(self.cfg, self.dns)
         self.robots.session = self.reader.session = session
+        self.reader.http1 = make_http1(self.cfg, self.dns)
         tasks = [*self.dns.start(), *self.opener.start(),
                  asyncio.ensure_future(self.sequencer.run()),
                  asyncio.ensure_future(self._tick()),
@@ -149,6 +150,8 @@ class Crawler:
         finally:
             await ports.stop()
             await session.close()
+            if self.reader.http1 is not None:
+                self.reader.http1.close()
             if self.cluster is not None:
                 await self.cluster.close()  # no-op after a clean stop; else like a kill -9
             self._close()

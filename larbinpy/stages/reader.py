@@ -30,6 +30,7 @@ from ..config import Config
 from ..cookies import CookieJar
 from ..extract import extract_links
 from ..hashset import SeenSet
+from ..http1 import FetchError, Http1Client, Response, split_http_url
 from ..netpolicy import DeniedNetworkError
 from ..outputs import Outputs
 from ..records import SITEMAP, Job, Page, Site
@@ -44,6 +45,7 @@ from .bandwidth import BandwidthLimiter
 from .input import Input
 from .robots import Robots
 
+Answer = aiohttp.ClientResponse | Response  # both read alike (see http1.py)
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.\-]*):")
 
@@ -71,6 +73,7 @@ class Reader:
         self.contents = contents  # noDup: digests of bodies already seen
         self.keep_raw = keep_raw  # an archival output wants the bytes as received
         self.session: aiohttp.ClientSession | None = None
+        self.http1: Http1Client | None = None  # plain http:// without a proxy (http1.py)
         # a job a site asked us to retry (429/503) goes back to its site's queue
         self.sites = sites if sites is not None else robots.sites
         self.cookies = CookieJar() if cfg.cookies else None
@@ -105,21 +108,27 @@ class Reader:
             cookie = self.cookies.header(site.key, _path(job.url, site.key))
             headers = {"Cookie": cookie} if cookie else None
         try:
+            plain = split_http_url(job.url) if self.http1 is not None else None
+            if plain is not None and self.http1 is not None:
+                async with await self.http1.get(*plain, extra=headers) as resp:
+                    return await self._answered(site, job, resp, start)
             # our URLs are canonical and already percent-encoded: yarl need not re-encode them
             url = URL(job.url, encoded=True)
             async with self.session.get(url, allow_redirects=False, headers=headers) as resp:
-                if self.cookies is not None and "Set-Cookie" in resp.headers:
-                    self.cookies.store(site.key, _path(job.url, site.key),
-                                       resp.headers.getall("Set-Cookie"))
-                return await self._response(site, job, resp, start)
-        except BodyError as exc:
+                return await self._answered(site, job, resp, start)
+        except (BodyError, FetchError) as exc:
             return exc.kind
         except Exception as exc:  # noqa: BLE001 - every failure becomes one counted outcome
             return failure_kind(exc)
 
-    async def _response(
-        self, site: Site, job: Job, resp: aiohttp.ClientResponse, start: float
-    ) -> str:
+    async def _answered(self, site: Site, job: Job, resp: Answer, start: float) -> str:
+        """Keep the site's cookies, then route the response."""
+        if self.cookies is not None and "Set-Cookie" in resp.headers:
+            cookies = resp.headers.getall("Set-Cookie")
+            self.cookies.store(site.key, _path(job.url, site.key), cookies)
+        return await self._response(site, job, resp, start)
+
+    async def _response(self, site: Site, job: Job, resp: Answer, start: float) -> str:
         """Route a response by status and type: the outcome kind."""
         self.stats.pages += 1
         status = resp.status
@@ -158,7 +167,7 @@ class Reader:
         self.input.add_links(job, job.url, page.links)
         return "success"
 
-    def _back_off(self, site: Site, job: Job, resp: aiohttp.ClientResponse) -> str | None:
+    def _back_off(self, site: Site, job: Job, resp: Answer) -> str | None:
         """A 429/503: pause the site; "backedOff" if the job goes back to its queue, None when
         its retries are spent (the answer is then counted by its status)."""
         now = asyncio.get_running_loop().time()
@@ -170,7 +179,7 @@ class Reader:
         return "backedOff"
 
     async def _sitemap(
-        self, site: Site, job: Job, resp: aiohttp.ClientResponse, start: float
+        self, site: Site, job: Job, resp: Answer, start: float
     ) -> str:
         """A sitemap: its sitemaps or page URLs go to input; only archives keep the file."""
         page = await self._page(site, job, resp, start, SITEMAP_MAX_BYTES, truncate=True)
@@ -188,7 +197,7 @@ class Reader:
         return "success"
 
     async def _page(
-        self, site: Site, job: Job, resp: aiohttp.ClientResponse, start: float,
+        self, site: Site, job: Job, resp: Answer, start: float,
         limit: int | None = None, truncate: bool = False,
     ) -> Page:
         """Read the body under the limits and describe the exchange."""

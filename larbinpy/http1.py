@@ -1,0 +1,497 @@
+"""The reader's fetch path for plain `http://`: HTTP/1.1 GETs on asyncio protocols, pooled.
+
+Why not aiohttp's `ClientSession` here: it costs about 0.1 ms of CPU per request (request and
+response objects, trace hooks, cookie and redirect machinery, several timers), which is as
+much as the rest of the crawler spends on a page. A crawler needs far less: one GET with
+fixed headers, llhttp (through httptools) to parse the answer, a keep-alive pool per site,
+and the body handed over in chunks so `body.py` keeps its limits. The `Response` below has
+the attribute names of the aiohttp response the stages already read (`status`, `headers`,
+`content.iter_any()`, ...), so the reader treats both alike.
+
+HTTPS and proxies stay on aiohttp (`client.py`), as does robots.txt (one fetch per site).
+Every failure is a `FetchError` carrying the outcome kind the reader counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httptools
+from aiohttp import HttpVersion
+from multidict import CIMultiDict, CIMultiDictProxy
+
+MAX_HEAD = 64 * 1024  # bytes of status line + headers; more is not a web server's answer
+MAX_HEADERS = 128  # aiohttp's limit too
+HIGH_WATER = 256 * 1024  # unread body bytes buffered before the socket is paused
+
+
+class FetchError(Exception):
+    """A fetch failed: `kind` is the outcome to count."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+class _Stale(Exception):
+    """A pooled connection closed before answering: the request is sent again, fresh."""
+
+
+Resolve = Callable[[str, int], Awaitable[list[str]]]  # (host, port) -> IPs, or raises FetchError
+
+
+class _RequestInfo:
+    """What was sent, as aiohttp names it (`request_info.headers`), for archival outputs."""
+
+    __slots__ = ("_items", "_headers")
+
+    def __init__(self, items: list[tuple[str, str]]) -> None:
+        self._items = items
+        self._headers: CIMultiDictProxy[str] | None = None
+
+    @property
+    def headers(self) -> CIMultiDictProxy[str]:
+        """The request headers (built on first use: only WARC asks)."""
+        if self._headers is None:
+            self._headers = CIMultiDictProxy(CIMultiDict(self._items))
+        return self._headers
+
+
+class _Via:
+    """`response.connection.transport`, as on an aiohttp response (for the peer address)."""
+
+    __slots__ = ("transport",)
+
+    def __init__(self, transport: asyncio.Transport | None) -> None:
+        self.transport = transport
+
+
+class Response:
+    """One response: head known, body arriving in chunks (`content.iter_any()`)."""
+
+    def __init__(self, conn: Connection, request: _RequestInfo) -> None:
+        self._conn = conn
+        self.request_info = request
+        self.connection = _Via(conn.transport)
+        self.content = self  # aiohttp's StreamReader interface: iter_any()
+        self.status = 0
+        self.reason = ""
+        self.version = HttpVersion(1, 1)
+        self.raw_headers: tuple[tuple[bytes, bytes], ...] = ()
+        self._head_items: list[tuple[bytes, bytes]] = []
+        self._headers: CIMultiDictProxy[str] | None = None
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self.head_done = False
+        self.complete = False
+        self.error: FetchError | _Stale | None = None
+        self.got_bytes = False
+        self.eof_ends_body = False  # no Content-Length, not chunked: the body ends at EOF
+        self.keep_alive = False  # may the connection serve another request after this one?
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def headers(self) -> CIMultiDictProxy[str]:
+        """The response headers (decoded like aiohttp does: UTF-8, surrogates for the rest)."""
+        if self._headers is None:
+            self._headers = CIMultiDictProxy(CIMultiDict(
+                (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
+                for k, v in self.raw_headers))
+        return self._headers
+
+    @property
+    def content_type(self) -> str:
+        """The media type, lower-case, without parameters (aiohttp's default when absent)."""
+        value = self.headers.get("Content-Type", "")
+        return value.partition(";")[0].strip().lower() or "application/octet-stream"
+
+    @property
+    def content_length(self) -> int | None:
+        """Content-Length as announced (None when absent or not a number)."""
+        value = self.headers.get("Content-Length")
+        return int(value) if value is not None and value.strip().isdigit() else None
+
+    async def __aenter__(self) -> Response:
+        """The response is usable as `async with` (as an aiohttp response is)."""
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Give the connection back to the pool, or close it."""
+        self._conn.release(self)
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        """Body chunks as they arrive; FetchError if the body cannot be read to its end."""
+        while True:
+            if self._chunks:
+                chunk = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(
+                    self._chunks)
+                self._chunks.clear()
+                self._buffered = 0
+                self._conn.resume()
+                yield chunk
+            elif self.complete:
+                return
+            elif self.error is not None:
+                raise self.error if isinstance(self.error, FetchError) else FetchError(
+                    "earlyStop")
+            else:
+                await self._wait()
+
+    async def wait_head(self) -> None:
+        """Until the status line and headers are in (raises what went wrong instead)."""
+        while not self.head_done:
+            if self.error is not None:
+                raise self.error
+            await self._wait()
+
+    def _wait(self) -> asyncio.Future[None]:
+        """A future the connection resolves on its next event."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        return self._waiter
+
+    def _wake(self) -> None:
+        """Something happened: wake whoever waits."""
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # --- the connection's parser calls these ---
+
+    def on_body(self, chunk: bytes) -> None:
+        """A piece of the body (de-chunked by the parser)."""
+        self._chunks.append(chunk)
+        self._buffered += len(chunk)
+        if self._buffered > HIGH_WATER:
+            self._conn.pause()
+        self._wake()
+
+    def fail(self, error: FetchError | _Stale) -> None:
+        """The exchange broke: the reader gets `error` at its next read."""
+        if not self.complete and self.error is None:
+            self.error = error
+        self._wake()
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive TCP connection and its llhttp parser; serves one response at a time."""
+
+    def __init__(self, pool: Pool, key: tuple[str, int]) -> None:
+        self.pool, self.key = pool, key
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.response: Response | None = None
+        self.closed = False
+        self.paused = False
+        self.head_bytes = 0
+        self.idle_timer: asyncio.TimerHandle | None = None
+        self.last_io = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+        self.deadline = self.read_timeout = 0.0
+        self.reused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Connected."""
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        """Bytes from the server: into the parser (which calls the on_* methods below)."""
+        resp = self.response
+        if resp is None:  # nothing asked: a server talking out of turn cannot be trusted
+            self.close()
+            return
+        resp.got_bytes = True
+        self.last_io = self.pool.loop.time()
+        try:
+            self.parser.feed_data(data)
+        except (httptools.HttpParserError, FetchError):
+            # malformed, oversized (our callbacks refuse), or bytes after the response ended
+            resp.fail(FetchError("badHttp"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """The server closed (or we did)."""
+        self.closed = True
+        self.pool.forget(self)
+        resp = self.response
+        if resp is None or resp.complete:
+            return
+        if resp.head_done and resp.eof_ends_body and exc is None:
+            self.on_message_complete()  # HTTP/1.0 style: the body is everything until EOF
+        elif not resp.got_bytes and self.reused:
+            resp.fail(_Stale())
+        else:
+            resp.fail(FetchError("earlyStop"))
+
+    def pause_writing(self) -> None:
+        """A request is one small write: nothing to pause."""
+
+    # --- parser callbacks ---
+
+    def on_status(self, status: bytes) -> None:
+        """The reason phrase."""
+        resp = self._head_of_response(len(status))
+        resp.reason += status.decode("latin-1")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """One header line."""
+        items = self._head_of_response(len(name) + len(value) + 4)._head_items
+        if len(items) >= MAX_HEADERS:
+            raise FetchError("badHttp")
+        items.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        """The head is in: the reader may look at it."""
+        resp = self.response
+        assert resp is not None
+        parser = self.parser
+        status = parser.get_status_code()
+        if status < 200:  # 1xx: an interim answer, the real one follows
+            resp._head_items.clear()
+            resp.reason = ""
+            return
+        resp.status = status
+        version = parser.get_http_version()
+        resp.version = HttpVersion(int(version[0]), int(version[2])) if len(version) == 3 else \
+            HttpVersion(1, 1)
+        resp.raw_headers = tuple(resp._head_items)
+        headers = resp.headers
+        resp.keep_alive = parser.should_keep_alive()  # (llhttp forgets it once the body ends)
+        resp.eof_ends_body = ("Content-Length" not in headers
+                              and "chunked" not in headers.get("Transfer-Encoding", "").lower())
+        resp.head_done = True
+        resp._wake()
+
+    def on_body(self, chunk: bytes) -> None:
+        """A piece of the body."""
+        assert self.response is not None
+        self.response.on_body(chunk)
+
+    def on_message_complete(self) -> None:
+        """The whole response is in."""
+        resp = self.response
+        assert resp is not None
+        if not resp.head_done:
+            return  # the end of a 1xx
+        resp.complete = True
+        self._stop_timer()
+        resp._wake()
+
+    def _head_of_response(self, n: int) -> Response:
+        """The response a head line belongs to, `n` more head bytes counted; FetchError (which
+        stops the parser) when the head is over MAX_HEAD -- a megabyte header line must not
+        become a megabyte string -- or when the response had already ended."""
+        resp = self.response
+        assert resp is not None
+        self.head_bytes += n
+        if self.head_bytes > MAX_HEAD or resp.complete:
+            raise FetchError("badHttp")
+        return resp
+
+    # --- one exchange ---
+
+    def send(self, request: bytes, info: _RequestInfo, reused: bool) -> Response:
+        """Write the request; the response it will receive."""
+        assert self.transport is not None
+        self.reused = reused
+        self.head_bytes = 0
+        self.response = resp = Response(self, info)
+        self.transport.write(request)
+        return resp
+
+    def start_timer(self, total: float, read: float) -> None:
+        """The timeouts: `total` for the whole exchange, `read` between two reads."""
+        loop = self.pool.loop
+        now = loop.time()
+        self.deadline, self.read_timeout, self.last_io = now + total, read, now
+        self.timer = loop.call_at(min(self.deadline, now + read), self._check_time)
+
+    def _check_time(self) -> None:
+        """The timer fired: time out, or wait on (data arrived since it was set)."""
+        loop = self.pool.loop
+        now = loop.time()
+        due = min(self.deadline, self.last_io + self.read_timeout)
+        if now < due:
+            self.timer = loop.call_at(due, self._check_time)
+            return
+        self.timer = None
+        if self.response is not None:
+            self.response.fail(FetchError("timeout"))
+        self.close()
+
+    def _stop_timer(self) -> None:
+        """The exchange ended."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def release(self, resp: Response) -> None:
+        """The reader is done with `resp`: pool the connection if it can serve another."""
+        self._stop_timer()
+        self.response = None
+        if (resp.complete and resp.error is None and not self.closed
+                and self.transport is not None and not self.transport.is_closing()
+                and resp.keep_alive):
+            self.pool.put(self)
+        else:
+            self.close()
+
+    def pause(self) -> None:
+        """Too much body unread: stop reading the socket for now."""
+        if not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        """The reader caught up."""
+        if self.paused and self.transport is not None and not self.closed:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def close(self) -> None:
+        """Close the socket (its pool forgets it on connection_lost)."""
+        self._stop_timer()
+        if self.transport is not None:
+            self.transport.close()
+
+
+class Pool:
+    """Idle keep-alive connections per (host, port), each closed after `keepalive` seconds."""
+
+    def __init__(self, keepalive: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.keepalive = keepalive
+        self.idle: dict[tuple[str, int], list[Connection]] = {}
+
+    def take(self, key: tuple[str, int]) -> Connection | None:
+        """An idle connection to `key`, if one is still open."""
+        conns = self.idle.get(key)
+        while conns:
+            conn = conns.pop()
+            if not conns:
+                del self.idle[key]
+            if conn.idle_timer is not None:
+                conn.idle_timer.cancel()
+                conn.idle_timer = None
+            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+                return conn
+            conns = self.idle.get(key)
+        return None
+
+    def put(self, conn: Connection) -> None:
+        """Keep `conn` for the site's next request."""
+        self.idle.setdefault(conn.key, []).append(conn)
+        conn.idle_timer = self.loop.call_later(self.keepalive, conn.close)
+
+    def forget(self, conn: Connection) -> None:
+        """`conn` closed: out of the pool."""
+        if conn.idle_timer is not None:
+            conn.idle_timer.cancel()
+            conn.idle_timer = None
+        conns = self.idle.get(conn.key)
+        if conns and conn in conns:
+            conns.remove(conn)
+            if not conns:
+                del self.idle[conn.key]
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        for conns in list(self.idle.values()):
+            for conn in list(conns):
+                conn.close()
+        self.idle.clear()
+
+
+class Http1Client:
+    """GET over plain HTTP/1.1 with keep-alive; `get()` returns a `Response` to read."""
+
+    def __init__(self, headers: dict[str, str], resolve: Resolve, *, keepalive: float,
+                 connect_timeout: float, read_timeout: float, total_timeout: float) -> None:
+        self.fixed = list(headers.items())
+        self.fixed_bytes = "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode(
+            "latin-1", "replace")
+        self.resolve = resolve
+        self.keepalive = keepalive
+        self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
+        self.total_timeout = total_timeout
+        self._pool: Pool | None = None
+
+    @property
+    def pool(self) -> Pool:
+        """The connection pool (made on the running loop at first use)."""
+        if self._pool is None:
+            self._pool = Pool(self.keepalive)
+        return self._pool
+
+    async def get(self, host: str, port: int, target: str,
+                  extra: dict[str, str] | None = None) -> Response:
+        """Send `GET target` to host:port; the response once its head is in."""
+        authority = host if port == 80 else f"{host}:{port}"
+        request, info = self._request(authority, target, extra)
+        key = (host, port)
+        for attempt in range(2):
+            conn = self.pool.take(key)
+            reused = conn is not None
+            if conn is None:
+                conn = await self._connect(host, port)
+            resp = conn.send(request, info, reused)
+            conn.start_timer(self.total_timeout, self.read_timeout)
+            try:
+                await resp.wait_head()
+            except _Stale:
+                if attempt == 0:
+                    continue  # the server had closed it while idle: once more on a new one
+                raise FetchError("earlyStop") from None
+            except BaseException:
+                conn.close()
+                raise
+            return resp
+        raise AssertionError("unreachable")
+
+    def _request(self, authority: str, target: str,
+                 extra: dict[str, str] | None) -> tuple[bytes, _RequestInfo]:
+        """The request bytes, and what was sent for the archives."""
+        head = f"GET {target} HTTP/1.1\r\nHost: {authority}\r\n"
+        items = [("Host", authority), *self.fixed]
+        if extra:
+            items += extra.items()
+            head += "".join(f"{k}: {v}\r\n" for k, v in extra.items())
+        return head.encode("latin-1", "replace") + self.fixed_bytes + b"\r\n", _RequestInfo(items)
+
+    async def _connect(self, host: str, port: int) -> Connection:
+        """A new connection to the first address of `host` that answers."""
+        loop = self.pool.loop
+        ips = await self.resolve(host, port)
+        for ip in ips:
+            try:
+                async with asyncio.timeout(min(self.connect_timeout, self.total_timeout)):
+                    _, conn = await loop.create_connection(
+                        lambda: Connection(self.pool, (host, port)), ip, port)
+                return conn
+            except TimeoutError:
+                last = "timeout"
+            except OSError:
+                last = "noConnection"
+        raise FetchError(last if ips else "noDNS")
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        if self._pool is not None:
+            self._pool.close()
+
+
+def split_http_url(url: str) -> tuple[str, int, str] | None:
+    """(host, port, path+query) of a canonical `http://` URL; None for any other."""
+    if not url.startswith("http://"):
+        return None
+    rest = url[7:]
+    slash = rest.find("/")
+    authority, target = (rest, "/") if slash < 0 else (rest[:slash], rest[slash:])
+    if "@" in authority or authority.startswith("["):
+        return None  # userinfo, IPv6 literals: the general client handles them
+    host, _, port = authority.partition(":")
+    if not port:
+        return host, 80, target
+    return (host, int(port), target) if port.isdigit() else None
+
