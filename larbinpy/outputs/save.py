@@ -9,6 +9,7 @@ instead of stopping it at start.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..config import Config
@@ -33,17 +34,17 @@ class SaveOutput:
         self.dir_no = -1  # found on the first write
         self.file_no = 0
         self.index: AppendFile | None = None
+        self.dir_fd = -1  # the current folder, open: files are created relative to it
 
     def _last_dir(self) -> int:
         """Number of the highest existing dNNNNN folder (-1 if none)."""
         numbers = [int(p.name[1:]) for p in self.root.glob("d[0-9][0-9][0-9][0-9][0-9]")]
         return max(numbers, default=-1)
 
-    def _folder(self) -> Path:
-        """The current folder, opening a new one (and its index) when the last is full."""
+    def _folder(self) -> AppendFile:
+        """The current folder's index, opening a new folder when the last is full."""
         if self.index is not None and self.file_no >= FILES_PER_DIR:
-            self.index.close()
-            self.index = None
+            self._close_folder()
             self.dir_no += 1
             self.file_no = 0
         if self.index is None:
@@ -51,27 +52,50 @@ class SaveOutput:
                 self.dir_no = self._last_dir() + 1
             folder = self.root / f"d{self.dir_no:05d}"
             folder.mkdir(parents=True, exist_ok=True)
-            self.index = AppendFile(folder / "index")
-        return self.root / f"d{self.dir_no:05d}"
+            dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                self.index = AppendFile(folder / "index")
+            except OSError:
+                os.close(dir_fd)  # the write is retried later: no descriptor left behind
+                raise
+            self.dir_fd = dir_fd
+        return self.index
 
     def write(self, page: Page) -> None:
         """Write the body to the next fNNNNN and index it (2xx pages only)."""
         if not 200 <= page.status < 300:
             return
-        folder = self._folder()
+        index = self._folder()
         name = f"f{self.file_no:05d}"
-        (folder / name).write_bytes(page.body)  # a failed write is redone whole on retry
-        assert self.index is not None
+        self._write_file(name, page.body)
         tag = page.job.tag
         line = f"{name} {page.url} {tag}\n" if tag else f"{name} {page.url}\n"
-        self.index.append(line.encode())
+        index.append(line.encode())
         self.file_no += 1
+
+    def _write_file(self, name: str, body: bytes) -> None:
+        """Create (or redo whole, on a retry after a failed write) one page file."""
+        # os calls relative to the open folder: no path objects, no buffered file layers
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=self.dir_fd)
+        try:
+            view = memoryview(body)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+
+    def _close_folder(self) -> None:
+        """Close the folder's index and descriptor."""
+        if self.index is not None:
+            self.index.close()
+            self.index = None
+        if self.dir_fd >= 0:
+            os.close(self.dir_fd)
+            self.dir_fd = -1
 
     def flush(self) -> None:
         """Nothing buffered: every index line is written when its page is."""
 
     def close(self) -> None:
         """Close the index."""
-        if self.index is not None:
-            self.index.close()
-            self.index = None
+        self._close_folder()
