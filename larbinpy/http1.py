@@ -131,11 +131,11 @@ class Response:
                 self._buffered = 0
                 self._conn.resume()
                 yield chunk
-            elif self.complete:
-                return
             elif self.error is not None:
                 raise self.error if isinstance(self.error, FetchError) else FetchError(
                     "earlyStop")
+            elif self.complete:
+                return
             else:
                 await self._wait()
 
@@ -190,6 +190,7 @@ class Connection(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.deadline = self.read_timeout = 0.0
         self.reused = False
+        self.head_seen = 0  # raw bytes received before the head was complete
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Connected."""
@@ -203,8 +204,13 @@ class Connection(asyncio.Protocol):
             return
         resp.got_bytes = True
         self.last_io = self.pool.loop.time()
+        if not resp.head_done:
+            # llhttp keeps an unfinished header line to itself until it ends: count raw bytes
+            self.head_seen += len(data)
         try:
             self.parser.feed_data(data)
+            if not resp.head_done and self.head_seen > MAX_HEAD:
+                raise FetchError("badHttp")
         except (httptools.HttpParserError, FetchError):
             # malformed, oversized (our callbacks refuse), or bytes after the response ended
             resp.fail(FetchError("badHttp"))
@@ -217,7 +223,7 @@ class Connection(asyncio.Protocol):
         resp = self.response
         if resp is None or resp.complete:
             return
-        if resp.head_done and resp.eof_ends_body and exc is None:
+        if resp.head_done and resp.eof_ends_body and exc is None and resp.error is None:
             self.on_message_complete()  # HTTP/1.0 style: the body is everything until EOF
         elif not resp.got_bytes and self.reused:
             resp.fail(_Stale())
@@ -295,7 +301,7 @@ class Connection(asyncio.Protocol):
         """Write the request; the response it will receive."""
         assert self.transport is not None
         self.reused = reused
-        self.head_bytes = 0
+        self.head_bytes = self.head_seen = 0
         self.response = resp = Response(self, info)
         self.transport.write(request)
         return resp
@@ -311,7 +317,9 @@ class Connection(asyncio.Protocol):
         """The timer fired: time out, or wait on (data arrived since it was set)."""
         loop = self.pool.loop
         now = loop.time()
-        due = min(self.deadline, self.last_io + self.read_timeout)
+        # while we pause reading, the server is not slow: only the total timeout runs
+        due = self.deadline if self.paused else min(self.deadline,
+                                                     self.last_io + self.read_timeout)
         if now < due:
             self.timer = loop.call_at(due, self._check_time)
             return
@@ -348,6 +356,11 @@ class Connection(asyncio.Protocol):
         if self.paused and self.transport is not None and not self.closed:
             self.paused = False
             self.transport.resume_reading()
+            self.last_io = now = self.pool.loop.time()  # the read timeout starts again now
+            if self.timer is not None:  # it was set for the total timeout alone
+                self.timer.cancel()
+                self.timer = self.pool.loop.call_at(
+                    min(self.deadline, now + self.read_timeout), self._check_time)
 
     def close(self) -> None:
         """Close the socket (its pool forgets it on connection_lost)."""
@@ -431,7 +444,7 @@ class Http1Client:
         request, info = self._request(authority, target, extra)
         key = (host, port)
         for attempt in range(2):
-            conn = self.pool.take(key)
+            conn = self.pool.take(key) if attempt == 0 else None  # a retry: a new connection
             reused = conn is not None
             if conn is None:
                 conn = await self._connect(host, port)
@@ -440,6 +453,7 @@ class Http1Client:
             try:
                 await resp.wait_head()
             except _Stale:
+                conn.close()
                 if attempt == 0:
                     continue  # the server had closed it while idle: once more on a new one
                 raise FetchError("earlyStop") from None

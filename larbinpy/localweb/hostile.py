@@ -17,6 +17,7 @@ import functools
 import gzip
 import os
 import socket
+import struct
 import time
 import zlib
 from collections.abc import Awaitable, Callable
@@ -59,7 +60,7 @@ class Conn:
         sock = self.writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00" * 2)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.writer.transport.abort()
 
 
