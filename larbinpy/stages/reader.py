@@ -215,7 +215,8 @@ class Reader:
             fetched_at=time.time(), elapsed=time.monotonic() - start,
             raw_body=body.raw, raw_headers=resp.raw_headers,
             http_version=f"HTTP/{version.major}.{version.minor}" if version else "HTTP/1.1",
-            reason=resp.reason or "", request_headers=resp.request_info.headers,
+            reason=resp.reason or "",
+            request_headers=resp.request_info.headers if self.keep_raw else None,  # for WARC
         )
 
     def _redirect(self, job: Job, status: int, location: str | None) -> str:
