@@ -347,6 +347,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--per-host", type=int, default=4, help="connectionsPerHost [4]")
     p.add_argument("--output", choices=("save", "none", "links", "warc", "mirror"),
                    default="save")
+    p.add_argument("--dir", default=None,
+                   help="where the crawl's saveDir and stateDir go (a temporary folder made "
+                        "there, removed after) [the system's temporary directory]")
     p.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
                    help="also measure the bare aiohttp fetch loop [on]")
     p.add_argument("--wait", type=float, default=0.0,
@@ -451,7 +454,7 @@ def run_and_report(
     render: Callable[[dict[str, Any]], str],
 ) -> int:
     """Measure in a temporary folder, print the report (or JSON); 1 if the measure fails."""
-    with tempfile.TemporaryDirectory(prefix="larbinpy-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="larbinpy-bench-", dir=args.dir) as tmp:
         try:
             result = measure(args, Path(tmp))
         except Exception as exc:

@@ -133,7 +133,7 @@ class Crawler:
         self._resume()
         session = make_session(self.cfg, self.dns)
         self.robots.session = self.reader.session = session
-        self.reader.http1 = make_http1(self.cfg, self.dns)
+        self.robots.http1 = self.reader.http1 = make_http1(self.cfg, self.dns)
         tasks = [*self.dns.start(), *self.opener.start(),
                  asyncio.ensure_future(self.sequencer.run()),
                  asyncio.ensure_future(self._tick()),

@@ -37,6 +37,7 @@ from yarl import URL
 from ..backoff import retry_after
 from ..body import BodyError, read_body
 from ..config import Config
+from ..http1 import FetchError, Http1Client, split_http_url
 from ..netpolicy import NetworkPolicy
 from ..outputs import page_from_response
 from ..records import Job, Page, Site, SiteState
@@ -101,6 +102,9 @@ class Robots:
     ) -> None:
         self.cfg, self.stats, self.sites = cfg, stats, sites
         self.session: aiohttp.ClientSession | None = None
+        # plain http:// without a proxy (http1.py): its keep-alive connection then serves the
+        # site's first pages too
+        self.http1: Http1Client | None = None
         self.agent = product_token(cfg.user_agent)
         # host names are checked by the crawl's resolver; IP literals must be checked here
         self.policy = policy or NetworkPolicy(cfg.allow_networks)
@@ -141,7 +145,7 @@ class Robots:
                 url = target
         except (aiohttp.ClientSSLError, ssl.SSLError):
             return TLS_FAILED, b"", None
-        except (TimeoutError, aiohttp.ClientError, OSError, ValueError, BodyError):
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError, BodyError, FetchError):
             return None, b"", None
         return 404, b"", None  # RFC 9309: too many redirects means "unavailable": allow all
 
@@ -153,7 +157,10 @@ class Robots:
         if literal is not None and not self.policy.allowed(literal):
             return None, b"", None, None  # the network policy refuses it: unreachable
         started = time.monotonic()
-        async with self.session.get(target, allow_redirects=False) as resp:
+        plain = split_http_url(url) if self.http1 is not None else None
+        request = (await self.http1.get(*plain) if plain is not None and self.http1 is not None
+                   else self.session.get(target, allow_redirects=False))
+        async with request as resp:
             wait = retry_after(resp.headers.get("Retry-After"), self.cfg.max_retry_after)
             body = None
             if self.record is not None:  # archives want every exchange, whatever its status
