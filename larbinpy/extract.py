@@ -34,8 +34,8 @@ def extract_links(
     max_links: int = 10000,
 ) -> tuple[list[str], int]:
     """Absolute canonical http(s) links of an HTML page, de-duplicated (in document order per
-    kind of element: <a> first, then areas, frames, images), and how many were dropped over
-    max_links."""
+    kind of element: <a> first, then areas, frames, images), and how many distinct hrefs were
+    dropped, unresolved, once max_links were found."""
     try:
         tree = LexborHTMLParser(body, encoding=True)
     except (UnicodeError, LookupError):
@@ -61,10 +61,8 @@ def extract_links(
         # A <base> that fails to resolve (or is not http/https) is ignored rather than making
         # every relative link on the page unreachable.
         base = normalizer.resolve(page_url, base_href) or page_url
-    links = normalizer.resolve_many(base, hrefs)
-    if len(links) > max_links:
-        return links[:max_links], len(links) - max_links
-    return links, 0
+    # past max_links, the rest is counted (distinct raw hrefs), not resolved
+    return normalizer.resolve_upto(base, hrefs, max_links)
 
 
 def _benchmark(pages: int = 500) -> None:

@@ -161,11 +161,22 @@ class Normalizer:
         Fragment-only hrefs (``#top``) name the page itself, which the crawler already has, so
         they are skipped without resolving.
         """
+        return self.resolve_upto(base, hrefs, None)[0]
+
+    def resolve_upto(
+        self, base: str, hrefs: Iterable[str], limit: int | None
+    ) -> tuple[list[str], int]:
+        """`resolve_many`, stopping once `limit` links are found: (links, distinct raw hrefs
+        left unresolved). A page of 200,000 links must not hold the event loop for a second."""
         info = self._base(base)
         sub = self._subcache(info.directory) if info is not None else None
         resolve_one, absolute = self._resolve_one, self._absolute
         out: dict[str, None] = {}
-        for href in dict.fromkeys(hrefs):
+        distinct = dict.fromkeys(hrefs)  # raw hrefs, each once, in order
+        cap = len(distinct) if limit is None else limit
+        if cap <= 0:
+            return [], len(distinct)
+        for done, href in enumerate(distinct):
             if href[:1] == "#":
                 continue
             # the two cache lookups of _resolve_one, inlined: most of a page's links hit them,
@@ -177,7 +188,9 @@ class Normalizer:
                 url = resolve_one(info, sub, href)
             if url is not None:
                 out[url] = None
-        return list(out)
+                if len(out) >= cap:
+                    return list(out), len(distinct) - done - 1
+        return list(out), 0
 
     # ---- resolution ----------------------------------------------------------------------
 
