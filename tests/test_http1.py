@@ -169,6 +169,20 @@ async def read_all(resp: Response) -> bytes:
         return b"".join([chunk async for chunk in resp.content.iter_any()])
 
 
+async def failure(serve, make_client, handler: Handler, **options: float
+                  ) -> tuple[str, RawServer]:
+    """Fetch and read `/` from a server running `handler`: the FetchError kind ("" if none),
+    and the server, for what it saw."""
+    async with asyncio.timeout(LIMIT):
+        server = await serve(handler)
+        client = make_client(**options)
+        try:
+            await read_all(await client.get(HOST, server.port, "/"))
+        except FetchError as exc:
+            return exc.kind, server
+    return "", server
+
+
 async def fetch(client: Http1Client, port: int, target: str = "/", **kw: object
                 ) -> tuple[Response, bytes]:
     """One GET and its whole body."""
@@ -283,13 +297,9 @@ async def test_fresh_connection_closed_without_answer_is_early_stop_not_retried(
     async def drop(peer: Peer) -> None:
         await peer.request()
 
-    async with asyncio.timeout(LIMIT):
-        server = await serve(drop)
-        client = make_client()
-        with pytest.raises(FetchError) as err:
-            await client.get(HOST, server.port, "/")
-        assert err.value.kind == "earlyStop"
-        assert len(server.peers) == 1
+    kind, server = await failure(serve, make_client, drop)
+    assert kind == "earlyStop"
+    assert len(server.peers) == 1
 
 
 async def test_stale_retry_goes_to_a_new_connection_not_another_pooled_one(
@@ -419,13 +429,8 @@ async def test_body_without_length_cut_by_a_reset_is_early_stop(serve, make_clie
         await asyncio.sleep(0.05)
         peer.reset()
 
-    async with asyncio.timeout(LIMIT):
-        server = await serve(http10_reset)
-        client = make_client()
-        resp = await client.get(HOST, server.port, "/")
-        with pytest.raises(FetchError) as err:
-            await read_all(resp)
-        assert err.value.kind == "earlyStop"
+    kind, server = await failure(serve, make_client, http10_reset)
+    assert kind == "earlyStop"
 
 
 async def test_chunked_body_is_dechunked_and_head_accessors_behave(serve, make_client):
@@ -525,13 +530,9 @@ async def test_malformed_status_line_is_bad_http(serve, make_client):
         await peer.send(b"HTTP/1.1 OOPS\r\n\r\n<html>")
         await peer.wait_eof()
 
-    async with asyncio.timeout(LIMIT):
-        server = await serve(oops)
-        client = make_client()
-        with pytest.raises(FetchError) as err:
-            await client.get(HOST, server.port, "/")
-        assert err.value.kind == "badHttp"
-        await until(lambda: server.peers[0].eof_at is not None)  # and it hung up
+    kind, server = await failure(serve, make_client, oops)
+    assert kind == "badHttp"
+    await until(lambda: server.peers[0].eof_at is not None)  # and it hung up
 
 
 async def test_broken_chunked_encoding_is_bad_http(serve, make_client):
@@ -541,13 +542,8 @@ async def test_broken_chunked_encoding_is_bad_http(serve, make_client):
                         b"5\r\n<html\r\nZZZ\r\nnot a chunk\r\n0\r\n\r\n")
         await peer.wait_eof()
 
-    async with asyncio.timeout(LIMIT):
-        server = await serve(bad_chunks)
-        client = make_client()
-        resp = await client.get(HOST, server.port, "/")
-        with pytest.raises(FetchError) as err:
-            await read_all(resp)
-        assert err.value.kind == "badHttp"
+    kind, server = await failure(serve, make_client, bad_chunks)
+    assert kind == "badHttp"
 
 
 async def test_megabyte_header_line_is_bad_http(serve, make_client):
@@ -557,12 +553,8 @@ async def test_megabyte_header_line_is_bad_http(serve, make_client):
                         b"Content-Length: 6\r\n\r\n<html>")
         await peer.wait_eof()
 
-    async with asyncio.timeout(LIMIT):
-        server = await serve(long_header)
-        client = make_client()
-        with pytest.raises(FetchError) as err:
-            await client.get(HOST, server.port, "/")
-        assert err.value.kind == "badHttp"
+    kind, server = await failure(serve, make_client, long_header)
+    assert kind == "badHttp"
 
 
 async def test_header_line_is_cut_off_once_the_head_passes_64k(serve, make_client):
@@ -576,14 +568,10 @@ async def test_header_line_is_cut_off_once_the_head_passes_64k(serve, make_clien
         await peer.send(b"\r\nContent-Length: 0\r\n\r\n")
         await peer.wait_eof()
 
-    async with asyncio.timeout(LIMIT):
-        server = await serve(endless_header)
-        client = make_client()
-        with pytest.raises(FetchError) as err:
-            await client.get(HOST, server.port, "/")
-        assert err.value.kind == "badHttp"
-        # a 64 KiB head limit, plus what the socket buffers held when the client hung up
-        assert server.sent < 8 * MiB, server.sent
+    kind, server = await failure(serve, make_client, endless_header)
+    assert kind == "badHttp"
+    # a 64 KiB head limit, plus what the socket buffers held when the client hung up
+    assert server.sent < 8 * MiB, server.sent
 
 
 async def test_too_many_headers_is_bad_http(serve, make_client):
@@ -593,12 +581,8 @@ async def test_too_many_headers_is_bad_http(serve, make_client):
         await peer.send(b"HTTP/1.1 200 OK\r\n" + lines + b"Content-Length: 0\r\n\r\n")
         await peer.wait_eof()
 
-    async with asyncio.timeout(LIMIT):
-        server = await serve(many)
-        client = make_client()
-        with pytest.raises(FetchError) as err:
-            await client.get(HOST, server.port, "/")
-        assert err.value.kind == "badHttp"
+    kind, server = await failure(serve, make_client, many)
+    assert kind == "badHttp"
 
 
 async def test_nothing_listening_is_no_connection(make_client):

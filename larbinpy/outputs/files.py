@@ -26,6 +26,19 @@ def is_storage_error(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS
 
 
+def write_file(dir_fd: int, name: str, data: bytes,
+               flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC) -> None:
+    """Create `name` in the open folder `dir_fd` and write all of `data` (plain os calls:
+    no path objects, no buffered file layers; a write that fails is redone whole)."""
+    fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 class AppendFile:
     """An unbuffered file written one whole record at a time, rolled back on failure."""
 

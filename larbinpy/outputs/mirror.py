@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from ..config import Config
 from ..records import Page
+from .files import write_file
 
 NAME_MAX = 240  # bytes per name: under the usual 255, with room for the temporary suffix
 PATH_MAX = 3000  # bytes below saveDir before the whole path is replaced by a hash
@@ -148,14 +149,8 @@ class MirrorOutput:
     def _file(self, folder: int, name: str, body: bytes) -> None:
         """Write `body` to a temporary file, then rename it to `name` (or name/index.html)."""
         tmp = name + TMP_SUFFIX
-        fd = os.open(tmp, FILE_FLAGS, 0o644, dir_fd=folder)
         try:
-            try:
-                view = memoryview(body)
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
+            write_file(folder, tmp, body, FILE_FLAGS)
             self._rename(folder, tmp, name)
         except BaseException:
             with contextlib.suppress(OSError):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..config import Config
 from ..records import Page
-from .files import AppendFile
+from .files import AppendFile, write_file
 
 FILES_PER_DIR = 2000  # larbin's filesPerDir
 
@@ -67,22 +67,11 @@ class SaveOutput:
             return
         index = self._folder()
         name = f"f{self.file_no:05d}"
-        self._write_file(name, page.body)
+        write_file(self.dir_fd, name, page.body)  # relative to the open folder
         tag = page.job.tag
         line = f"{name} {page.url} {tag}\n" if tag else f"{name} {page.url}\n"
         index.append(line.encode())
         self.file_no += 1
-
-    def _write_file(self, name: str, body: bytes) -> None:
-        """Create (or redo whole, on a retry after a failed write) one page file."""
-        # os calls relative to the open folder: no path objects, no buffered file layers
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=self.dir_fd)
-        try:
-            view = memoryview(body)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
 
     def _close_folder(self) -> None:
         """Close the folder's index and descriptor."""
