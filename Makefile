@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 CONF   ?= larbin.conf
 
-.PHONY: run test test-slow bench lint clean
+.PHONY: run test test-slow bench bench-hosts bench-polite bench-all lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,18 @@ test-slow: $(VENV)/.installed-test
 ## bench: crawl a synthetic local web and print pages/s, CPU per page, RSS, ratio to a bare fetch loop
 bench: $(VENV)/.installed
 	$(VENV)/bin/larbinpy bench
+
+## bench-hosts: 10,000 hosts x 5 pages (one DNS query and one robots.txt fetch per host)
+bench-hosts: $(VENV)/.installed
+	$(VENV)/bin/larbinpy bench --hosts 10000 --pages 5
+
+## bench-polite: 500 hosts, waitDuration 1, one connection per host (ideal: 500 pages/s)
+bench-polite: $(VENV)/.installed
+	$(VENV)/bin/larbinpy bench --hosts 500 --pages 10 --per-host 1 --wait 1 --no-floor
+
+## bench-all: the default, --output none, bench-hosts and bench-polite, one after the other
+bench-all: bench bench-hosts bench-polite
+	$(VENV)/bin/larbinpy bench --output none
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check larbinpy tests

@@ -19,3 +19,28 @@ def test_bench_small_json() -> None:
     assert result["crawl"]["pages_per_s"] > 0
     assert result["floor"]["pages_per_s"] > 0
     assert result["warnings"] == []
+
+
+def test_bench_politeness_mode_never_beats_the_politeness_clock() -> None:
+    """--wait: the report has the whole-run and steady-state rates, and no site is fetched
+    faster than one page per waitDuration (steady state at most the ideal)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "larbinpy", "bench", "--hosts", "4", "--pages", "4",
+         "--per-host", "1", "--wait", "0.3", "--no-floor", "--output", "none", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["crawl"]["pages"] == 16
+    polite = result["politeness"]
+    assert polite["ideal_pages_per_s"] == 4 / 0.3
+    assert 0 < polite["achieved_over_ideal"] < polite["steady_over_ideal"] <= 1.0
+
+
+def test_steady_rate_counts_pages_after_each_sites_first() -> None:
+    from larbinpy.bench import steady_pages_per_s
+
+    # one site: 5 pages 1 s apart = 1 page/s; another: 3 pages 0.5 s apart = 2 pages/s;
+    # a site fetched once has no rate
+    starts = {"a": [0.0, 1.0, 2.0, 3.0, 4.0], "b": [10.0, 10.5, 11.0], "c": [3.0]}
+    assert steady_pages_per_s(starts) == 3.0
