@@ -154,3 +154,19 @@ async def test_robots_txt_is_cached_for_robots_ttl(make_web):
     tw.web.reset()
     await tw.crawl(f"startUrl {tw.url('ttl.test')}")  # the default: a day
     assert sum(x.path == "/robots.txt" for x in tw.web.hits) == 1
+
+
+def test_sites_serving_the_same_robots_txt_share_one_parsed_copy() -> None:
+    shared = robots_stage.SharedRules()
+    default = b"User-agent: *\nDisallow: /wp-admin/\n"
+    first, second = shared.get(default), shared.get(bytes(default))
+    assert first is second  # one parsed copy for every site serving these bytes
+    other = shared.get(b"User-agent: *\nDisallow: /private/\n")
+    assert other is not first
+    assert not first.can_fetch("http://a.test/wp-admin/x", "larbinpy")
+    assert other.can_fetch("http://b.test/wp-admin/x", "larbinpy")
+    big = b"User-agent: *\n" + b"Disallow: /x\n" * 400  # over MAX_BODY: parsed per site
+    assert shared.get(big) is not shared.get(big)
+    for i in range(robots_stage.SharedRules.MAX_ENTRIES + 10):  # bounded however many files
+        shared.get(b"User-agent: *\nDisallow: /%d/\n" % i)
+    assert len(shared.parsed) <= robots_stage.SharedRules.MAX_ENTRIES

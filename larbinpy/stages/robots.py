@@ -94,6 +94,28 @@ def parse_rules(data: bytes) -> Protego | None:
     return Protego.parse(text) if text.strip() else None
 
 
+class SharedRules:
+    """Parsed robots.txt by body: sites serving the same file (a CMS's default, a hosting
+    company's) share one parsed copy, which depends on nothing but the bytes. Bounded: small
+    bodies only, emptied when full."""
+
+    MAX_ENTRIES = 1024
+    MAX_BODY = 4096  # bytes; larger files are parsed per site
+
+    def __init__(self) -> None:
+        self.parsed: dict[bytes, Protego | None] = {}
+
+    def get(self, data: bytes) -> Protego | None:
+        """The parsed rules of `data`, shared when the same bytes were parsed before."""
+        if len(data) > self.MAX_BODY:
+            return parse_rules(data)
+        if data not in self.parsed:
+            if len(self.parsed) >= self.MAX_ENTRIES:
+                self.parsed.clear()
+            self.parsed[data] = parse_rules(data)
+        return self.parsed[data]
+
+
 class Robots:
     """Fetches, parses and applies robots.txt per site."""
 
@@ -106,6 +128,7 @@ class Robots:
         # site's first pages too
         self.http1: Http1Client | None = None
         self.agent = product_token(cfg.user_agent)
+        self.shared = SharedRules()
         # host names are checked by the crawl's resolver; IP literals must be checked here
         self.policy = policy or NetworkPolicy(cfg.allow_networks)
         # set when an archival output (WARC) wants robots.txt exchanges recorded too
@@ -181,7 +204,7 @@ class Robots:
 
     def _apply(self, site: Site, data: bytes | None, now: float) -> None:
         """Rules are known: parse them (None = allow all) and open the site."""
-        site.robots = parse_rules(data) if data else None
+        site.robots = self.shared.get(data) if data else None
         site.robots_expires = now + self.cfg.robots_ttl
         site.robots_failures = 0
         site.delay = self.cfg.wait_duration
