@@ -26,6 +26,7 @@ _MASK64 = (1 << 64) - 1
 # seen on the site's previous pages, and a set lookup costs a twentieth of hashing the key
 # and touching a random cache line of the bitmap. Bounded: emptied when full.
 RECENT_MAX = 1 << 16
+RECENT_KEY_MAX = 200  # characters: longer URLs are not kept (65,536 of 2 kB would be 130 MB)
 
 
 class SeenSet(Protocol):
@@ -83,7 +84,8 @@ class BitmapSeenSet:
                     continue
                 p = _hash64(key.encode()) % bits
                 if m[p >> 3] & (1 << (p & 7)):
-                    recent.add(key)
+                    if len(key) <= RECENT_KEY_MAX:
+                        recent.add(key)
                 else:
                     out.append(key)
             return out
@@ -101,7 +103,8 @@ class BitmapSeenSet:
                     out.append(key)
                     break
             else:
-                recent.add(key)
+                if len(key) <= RECENT_KEY_MAX:
+                    recent.add(key)
         return out
 
     def add(self, keys: Iterable[str]) -> None:

@@ -221,8 +221,9 @@ class Connection(asyncio.Protocol):
             self.parser.feed_data(data)
             if not resp.head_done and self.head_seen > MAX_HEAD:
                 raise FetchError("badHttp")
-        except (httptools.HttpParserError, FetchError):
-            # malformed, oversized (our callbacks refuse), or bytes after the response ended
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade, FetchError):
+            # malformed, oversized (our callbacks refuse), bytes after the response ended, or
+            # a protocol switch (101) nobody asked for
             resp.fail(FetchError("badHttp"))
             self.close()
 
@@ -241,6 +242,8 @@ class Connection(asyncio.Protocol):
             self.on_message_complete()  # HTTP/1.0 style: the body is everything until EOF
         elif not resp.got_bytes and self.reused:
             resp.fail(_Stale())
+        elif not resp.got_bytes and exc is not None:
+            resp.fail(FetchError("noConnection"))  # reset before a word: as aiohttp counted it
         else:
             resp.fail(FetchError("earlyStop"))
 
@@ -248,6 +251,12 @@ class Connection(asyncio.Protocol):
         """A request is one small write: nothing to pause."""
 
     # --- parser callbacks ---
+
+    def on_message_begin(self) -> None:
+        """A response starts: bytes after the one asked for are not an answer to anything."""
+        resp = self.response
+        if resp is not None and resp.complete:
+            raise FetchError("badHttp")  # stops the parser; data_received closes the socket
 
     def on_status(self, status: bytes) -> None:
         """The reason phrase."""
@@ -320,11 +329,11 @@ class Connection(asyncio.Protocol):
         self.transport.write(request)
         return resp
 
-    def start_timer(self, total: float, read: float) -> None:
-        """The timeouts: `total` for the whole exchange, `read` between two reads."""
+    def start_timer(self, deadline: float, read: float) -> None:
+        """The timeouts: the fetch ends by `deadline`, and waits at most `read` between reads."""
         loop = self.pool.loop
         now = loop.time()
-        self.deadline, self.read_timeout, self.last_io = now + total, read, now
+        self.deadline, self.read_timeout, self.last_io = deadline, read, now
         self.timer = loop.call_at(min(self.deadline, now + read), self._check_time)
 
     def _check_time(self) -> None:
@@ -355,6 +364,7 @@ class Connection(asyncio.Protocol):
         if (resp.complete and resp.error is None and not self.closed
                 and self.transport is not None and not self.transport.is_closing()
                 and resp.keep_alive):
+            self.resume()  # paused over an unread body: the next answer must be read
             self.pool.put(self)
         else:
             self.close()
@@ -436,8 +446,9 @@ class Http1Client:
     def __init__(self, headers: dict[str, str], resolve: Resolve, *, keepalive: float,
                  connect_timeout: float, read_timeout: float, total_timeout: float) -> None:
         self.fixed = list(headers.items())
+        # header bytes as they came (cookies are decoded with surrogates, like response headers)
         self.fixed_bytes = "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode(
-            "latin-1", "replace")
+            "utf-8", "surrogateescape")
         self.resolve = resolve
         self.keepalive = keepalive
         self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
@@ -457,13 +468,14 @@ class Http1Client:
         authority = host if port == 80 else f"{host}:{port}"
         request, info = self._request(authority, target, extra)
         key = (host, port)
+        deadline = self.pool.loop.time() + self.total_timeout  # connecting and a retry included
         for attempt in range(2):
             conn = self.pool.take(key) if attempt == 0 else None  # a retry: a new connection
             reused = conn is not None
             if conn is None:
-                conn = await self._connect(host, port)
+                conn = await self._connect(host, port, deadline)
             resp = conn.send(request, info, reused)
-            conn.start_timer(self.total_timeout, self.read_timeout)
+            conn.start_timer(deadline, self.read_timeout)
             try:
                 await resp.wait_head()
             except _Stale:
@@ -485,15 +497,19 @@ class Http1Client:
         if extra:
             items += extra.items()
             head += "".join(f"{k}: {v}\r\n" for k, v in extra.items())
-        return head.encode("latin-1", "replace") + self.fixed_bytes + b"\r\n", _RequestInfo(items)
+        return (head.encode("utf-8", "surrogateescape") + self.fixed_bytes + b"\r\n",
+                _RequestInfo(items))
 
-    async def _connect(self, host: str, port: int) -> Connection:
-        """A new connection to the first address of `host` that answers."""
+    async def _connect(self, host: str, port: int, deadline: float) -> Connection:
+        """A new connection to the first address of `host` that answers (by `deadline`)."""
         loop = self.pool.loop
         ips = await self.resolve(host, port)
         for ip in ips:
             try:
-                async with asyncio.timeout(min(self.connect_timeout, self.total_timeout)):
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise TimeoutError
+                async with asyncio.timeout(min(self.connect_timeout, left)):
                     _, conn = await loop.create_connection(
                         lambda: Connection(self.pool, (host, port)), ip, port)
                 return conn

@@ -787,3 +787,87 @@ async def test_a_slow_reader_on_a_paused_connection_is_not_a_read_timeout(serve,
 ])
 def test_split_http_url(url: str, expected: tuple[str, int, str] | None):
     assert split_http_url(url) == expected
+
+
+# --- found by review: regressions -----------------------------------------------------------
+
+
+async def test_bytes_after_a_complete_response_do_not_change_it_and_the_connection_is_dropped(
+        serve, make_client):
+    async def tail(peer: Peer) -> None:
+        while await peer.request() is not None:
+            await peer.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 5"
+                            b"\r\n\r\nhello" + b"HTTP/1.1 404\r\n\r\n<a href=/x>tail</a>")
+
+    async with asyncio.timeout(LIMIT):
+        server = await serve(tail)
+        client = make_client()
+        resp, body = await fetch(client, server.port, "/")
+        assert (resp.status, body, resp.headers["Content-Length"]) == (200, b"hello", "5")
+        await fetch(client, server.port, "/again")
+        assert len(server.peers) == 2  # the first connection was not trusted again
+
+
+async def test_unasked_protocol_switch_is_bad_http(serve, make_client):
+    async def switch(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n"
+                        b"Connection: Upgrade\r\n\r\n")
+        await peer.wait_eof()
+
+    kind, _ = await failure(serve, make_client, switch)
+    assert kind == "badHttp"
+
+
+async def test_cookie_bytes_go_back_exactly_as_they_came(serve, make_client):
+    async def cookie(peer: Peer) -> None:
+        while await peer.request() is not None:
+            await peer.send(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n"
+                            b"Set-Cookie: name=Jos\xc3\xa9; Path=/\r\n\r\n")  # UTF-8 bytes
+
+    async with asyncio.timeout(LIMIT):
+        server = await serve(cookie)
+        client = make_client()
+        resp, _ = await fetch(client, server.port, "/")
+        value = resp.headers["Set-Cookie"].split(";")[0]  # as cookies.py keeps it
+        await fetch(client, server.port, "/2", extra={"Cookie": value})
+        assert b"\r\nCookie: name=Jos\xc3\xa9\r\n" in server.requests[1]
+
+
+async def test_total_timeout_counts_from_the_start_of_the_fetch(serve, make_client):
+    async def silent(peer: Peer) -> None:
+        await peer.request()
+        await peer.wait_eof()
+
+    async def slow_resolver(host: str, port: int) -> list[str]:
+        await asyncio.sleep(0.6)
+        return ["127.0.0.1"]
+
+    async with asyncio.timeout(LIMIT):
+        server = await serve(silent)
+        client = make_client(resolver=slow_resolver, read_timeout=5, total_timeout=1.0)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(FetchError) as err:
+            await client.get(HOST, server.port, "/")
+        assert err.value.kind == "timeout"
+        assert 0.9 < loop.time() - start < 1.4  # not 0.6 s of resolving plus a fresh 1.0 s
+
+
+async def test_connection_released_while_paused_for_flow_control_serves_the_next_page(
+        serve, make_client):
+    async def pages(peer: Peer) -> None:
+        while (head := await peer.request()) is not None:
+            await peer.send(ok(target_of(head)))
+
+    async with asyncio.timeout(LIMIT):
+        server = await serve(pages)
+        client = make_client(read_timeout=0.5)
+        resp = await client.get(HOST, server.port, "/unread.pdf")
+        await until(lambda: resp.complete)
+        resp._conn.pause()  # what a large unread body does (the reader skips unwanted types)
+        async with resp:
+            pass
+        resp2, body = await fetch(client, server.port, "/next.html")
+        assert (resp2.status, body) == (200, b"/next.html")
+        assert len(server.peers) == 1  # on the pooled connection, read again
