@@ -271,6 +271,45 @@ async def fetch_all(urls: list[str], resolver: StaticResolver, connections: int,
     return ok
 
 
+async def fetch_all_http1(urls: list[str], ips: dict[str, str], connections: int) -> int:
+    """The same loop with the crawler's own plain-HTTP client (`http1.py`); return 200s."""
+    from .http1 import FetchError, Http1Client, split_http_url
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return [ips[host]]
+
+    client = Http1Client({"User-Agent": "larbinpy-bench"}, resolve, keepalive=10,
+                         connect_timeout=10, read_timeout=30, total_timeout=60)
+    todo = list(reversed(urls))
+    ok = 0
+
+    async def worker() -> None:
+        """Take URLs until none is left."""
+        nonlocal ok
+        while todo:
+            parts = split_http_url(todo.pop())
+            assert parts is not None
+            try:
+                async with await client.get(*parts) as resp:
+                    async for _ in resp.content.iter_any():
+                        pass
+                    ok += resp.status == 200
+            except FetchError:
+                pass  # counted as missing: the report warns when ok != len(urls)
+
+    await asyncio.gather(*(worker() for _ in range(connections)))
+    client.close()
+    return ok
+
+
+def run_http1_floor(args: argparse.Namespace, server: SynthServer) -> Run:
+    """The bare fetch loop with `http1.py` instead of aiohttp's session."""
+    urls = list(synth_urls(args.hosts, args.pages, server.http_port))
+    ips = {host_name(h): host_ip(h) for h in range(args.hosts)}
+    ok, wall, cpu, sys_cpu = measured(lambda: fetch_all_http1(urls, ips, args.connections))
+    return Run(ok, wall, cpu, sys_cpu)
+
+
 def run_floor(args: argparse.Namespace, server: SynthServer) -> Run:
     """The bare fetch loop over the same page URLs as the crawl."""
     urls = list(synth_urls(args.hosts, args.pages, server.http_port))
@@ -298,7 +337,7 @@ def report_text(result: dict[str, Any]) -> str:
     lines = [f"larbinpy bench: {result['hosts']} hosts x {result['pages_per_host']} pages, "
              f"{result['connections']} connections, {result['per_host']} per host, "
              f"output {result['output']}, loop {result['loop']}"]
-    for name in ("crawl", "floor"):
+    for name in ("crawl", "floor", "http1"):
         r = result.get(name)
         if r is None:
             continue
@@ -350,6 +389,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", default=None,
                    help="where the crawl's saveDir and stateDir go (a temporary folder made "
                         "there, removed after) [the system's temporary directory]")
+    p.add_argument("--http1-floor", action="store_true",
+                   help="also measure the bare fetch loop with the crawler's own plain-HTTP "
+                        "client (http1.py) instead of aiohttp's session")
     p.add_argument("--floor", action=argparse.BooleanOptionalAction, default=True,
                    help="also measure the bare aiohttp fetch loop [on]")
     p.add_argument("--wait", type=float, default=0.0,
@@ -400,6 +442,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         starts: dict[str, list[float]] | None = {} if args.wait > 0 else None
         crawl, outcomes = run_crawl(crawl_config(args, server, workdir), workdir, starts)
         floor = run_floor(args, server) if args.floor else None
+        http1 = run_http1_floor(args, server) if args.http1_floor else None
     expected = args.hosts * args.pages
     warnings = []
     if crawl.pages != expected:
@@ -408,8 +451,9 @@ def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         lost = expected * false_positive_rate(HASH_BITS, HASH_FUNCTIONS, expected)
         warnings.append(f"crawl fetched {crawl.pages} pages, expected {expected} (at most "
                         f"about {lost:.2f} lost to false positives of the hash set)")
-    if floor is not None and floor.pages != expected:
-        warnings.append(f"floor fetched {floor.pages} pages, expected {expected}")
+    for name, run in (("floor", floor), ("http1", http1)):
+        if run is not None and run.pages != expected:
+            warnings.append(f"{name} fetched {run.pages} pages, expected {expected}")
     politeness = None
     if args.wait > 0:
         ideal = args.hosts * args.per_host / args.wait
@@ -423,6 +467,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "connections": args.connections, "per_host": args.per_host, "output": args.output,
         "loop": loop_name(), "cpus": os.cpu_count(),
         "crawl": crawl.as_dict(), "floor": floor.as_dict() if floor else None,
+        "http1": http1.as_dict() if http1 else None,
         "ratios": ratios(crawl, floor), "outcomes": outcomes, "warnings": warnings,
         "politeness": politeness,
     }

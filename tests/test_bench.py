@@ -8,9 +8,10 @@ import sys
 
 
 def test_bench_small_json() -> None:
-    """3 hosts x 20 pages: exit 0, the crawl fetched all 60 pages, both runs have a throughput."""
+    """3 hosts x 20 pages: exit 0, the crawl fetched all 60 pages, every run has a throughput."""
     proc = subprocess.run(
-        [sys.executable, "-m", "larbinpy", "bench", "--hosts", "3", "--pages", "20", "--json"],
+        [sys.executable, "-m", "larbinpy", "bench", "--hosts", "3", "--pages", "20", "--json",
+         "--http1-floor"],
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
@@ -18,6 +19,7 @@ def test_bench_small_json() -> None:
     assert result["crawl"]["pages"] == 60
     assert result["crawl"]["pages_per_s"] > 0
     assert result["floor"]["pages_per_s"] > 0
+    assert result["http1"]["pages"] == 60  # the bare loop on the crawler's own client too
     assert result["warnings"] == []
 
 
