@@ -82,6 +82,7 @@ class Response:
         self.raw_headers: tuple[tuple[bytes, bytes], ...] = ()
         self._head_items: list[tuple[bytes, bytes]] = []
         self._headers: CIMultiDictProxy[str] | None = None
+        self._content_type: str | None = None
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
         self.head_done = False
@@ -104,8 +105,11 @@ class Response:
     @property
     def content_type(self) -> str:
         """The media type, lower-case, without parameters (aiohttp's default when absent)."""
-        value = self.headers.get("Content-Type", "")
-        return value.partition(";")[0].strip().lower() or "application/octet-stream"
+        if self._content_type is None:  # the reader asks twice a page
+            value = self.headers.get("Content-Type", "")
+            self._content_type = (value.partition(";")[0].strip().lower()
+                                  or "application/octet-stream")
+        return self._content_type
 
     @property
     def content_length(self) -> int | None:

@@ -152,6 +152,17 @@ async def make_client() -> AsyncIterator[Callable[..., Http1Client]]:
         client.close()
 
 
+def replies(data: bytes) -> Handler:
+    """A handler that reads one request, sends `data`, and waits for the client to hang up."""
+
+    async def reply(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(data)
+        await peer.wait_eof()
+
+    return reply
+
+
 def ok(body: bytes = b"", *headers: str, status: str = "200 OK", version: str = "1.1") -> bytes:
     """A response with Content-Length (keep-alive unless a header says otherwise)."""
     lines = [f"HTTP/{version} {status}", f"Content-Length: {len(body)}", *headers]
@@ -525,10 +536,7 @@ async def test_server_closing_before_content_length_is_early_stop(serve, make_cl
 
 
 async def test_malformed_status_line_is_bad_http(serve, make_client):
-    async def oops(peer: Peer) -> None:
-        await peer.request()
-        await peer.send(b"HTTP/1.1 OOPS\r\n\r\n<html>")
-        await peer.wait_eof()
+    oops = replies(b"HTTP/1.1 OOPS\r\n\r\n<html>")
 
     kind, server = await failure(serve, make_client, oops)
     assert kind == "badHttp"
@@ -536,22 +544,16 @@ async def test_malformed_status_line_is_bad_http(serve, make_client):
 
 
 async def test_broken_chunked_encoding_is_bad_http(serve, make_client):
-    async def bad_chunks(peer: Peer) -> None:
-        await peer.request()
-        await peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-                        b"5\r\n<html\r\nZZZ\r\nnot a chunk\r\n0\r\n\r\n")
-        await peer.wait_eof()
+    bad_chunks = replies(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         b"5\r\n<html\r\nZZZ\r\nnot a chunk\r\n0\r\n\r\n")
 
     kind, server = await failure(serve, make_client, bad_chunks)
     assert kind == "badHttp"
 
 
 async def test_megabyte_header_line_is_bad_http(serve, make_client):
-    async def long_header(peer: Peer) -> None:
-        await peer.request()
-        await peer.send(b"HTTP/1.1 200 OK\r\nX-Huge: " + b"h" * MiB + b"\r\n"
-                        b"Content-Length: 6\r\n\r\n<html>")
-        await peer.wait_eof()
+    long_header = replies(b"HTTP/1.1 200 OK\r\nX-Huge: " + b"h" * MiB + b"\r\n"
+                          b"Content-Length: 6\r\n\r\n<html>")
 
     kind, server = await failure(serve, make_client, long_header)
     assert kind == "badHttp"
@@ -809,11 +811,8 @@ async def test_bytes_after_a_complete_response_do_not_change_it_and_the_connecti
 
 
 async def test_unasked_protocol_switch_is_bad_http(serve, make_client):
-    async def switch(peer: Peer) -> None:
-        await peer.request()
-        await peer.send(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n"
-                        b"Connection: Upgrade\r\n\r\n")
-        await peer.wait_eof()
+    switch = replies(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n"
+                     b"Connection: Upgrade\r\n\r\n")
 
     kind, _ = await failure(serve, make_client, switch)
     assert kind == "badHttp"
