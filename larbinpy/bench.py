@@ -37,6 +37,7 @@ import aiohttp
 
 from .localweb.synth import host_ip, host_name, synth_urls
 from .localweb.web import StaticResolver
+from .runtime import run_loop
 
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
@@ -92,14 +93,6 @@ def peak_rss_mb() -> float:
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return kib / 1024 if sys.platform != "darwin" else kib / 1024 / 1024
 
-
-def run_loop(coro: Awaitable[Any]) -> Any:
-    """Run a coroutine on a fresh uvloop loop when installed, else on asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)  # type: ignore[arg-type]
-    return uvloop.run(coro)  # type: ignore[arg-type]
 
 
 def measured(make_coro: Callable[[], Awaitable[int]]) -> tuple[int, float, float, float]:

@@ -6,7 +6,6 @@ Exit codes (SPEC.md): 0 done or stopped cleanly, 2 bad configuration or argument
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import logging.handlers
 import sys
@@ -14,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .config import Config, ConfigError, describe, load_config
+from .runtime import run_loop
 from .state import StateError
 
 log = logging.getLogger("larbinpy")
@@ -32,14 +32,6 @@ def setup_logging(verbosity: int, log_file: str | None = None) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
 
-
-def run_loop(coro: object) -> int:
-    """Run a coroutine on uvloop when installed, else on asyncio's own loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)  # type: ignore[arg-type]
-    return uvloop.run(coro)  # type: ignore[arg-type]
 
 
 def check_runtime(cfg: Config) -> None:
