@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable
+from itertools import repeat
 from urllib.parse import quote, unquote_to_bytes
 
 try:
@@ -169,23 +170,43 @@ class Normalizer:
         """`resolve_many`, stopping once `limit` links are found: (links, distinct raw hrefs
         left unresolved). A page of 200,000 links must not hold the event loop for a second."""
         info = self._base(base)
-        sub = self._subcache(info.directory) if info is not None else None
-        resolve_one, absolute = self._resolve_one, self._absolute
-        out: dict[str, None] = {}
-        distinct = dict.fromkeys(hrefs)  # raw hrefs, each once, in order
+        distinct = list(dict.fromkeys(hrefs))  # raw hrefs, each once, in order
         cap = len(distinct) if limit is None else limit
         if cap <= 0:
             return [], len(distinct)
+        if info is None or len(distinct) > cap:
+            return self._resolve_capped(info, distinct, cap)
+        sub = self._subcache(info.directory)
+        # Most of a page's hrefs were seen on an earlier page of the same folder (navigation):
+        # one C-level pass answers them from the cache; only the misses run Python code.
+        urls = list(map(sub.get, distinct, repeat(_SLOW, len(distinct))))
+        if _SLOW in urls:
+            # absolute hrefs live in the crawl-wide cache; the folder's answers are its default
+            urls = list(map(self._absolute.get, distinct, urls))
+        if _SLOW in urls:
+            for i, url in enumerate(urls):
+                if url is _SLOW:
+                    urls[i] = self._miss(info, sub, distinct[i])
+        out = dict.fromkeys(urls)
+        out.pop(None, None)
+        return list(out), 0  # type: ignore[arg-type]
+
+    def _miss(self, info: _BaseInfo, sub: dict[str, str | None], href: str) -> str | None:
+        """Resolve an href that neither cache knows."""
+        if href[:1] == "#":
+            return None  # "this page", which the crawler has (not cached: resolve() differs)
+        return self._resolve_one(info, sub, href)  # caches the result where it may be shared
+
+    def _resolve_capped(
+        self, info: _BaseInfo | None, distinct: list[str], cap: int
+    ) -> tuple[list[str], int]:
+        """Resolve hrefs one by one until `cap` links are found (huge pages, odd bases)."""
+        sub = self._subcache(info.directory) if info is not None else None
+        out: dict[str, None] = {}
         for done, href in enumerate(distinct):
             if href[:1] == "#":
                 continue
-            # the two cache lookups of _resolve_one, inlined: most of a page's links hit them,
-            # and this loop runs ~40 times a page
-            url = absolute.get(href, _SLOW) if href[:4] == "http" else _SLOW
-            if url is _SLOW and sub is not None:
-                url = sub.get(href, _SLOW)
-            if url is _SLOW:
-                url = resolve_one(info, sub, href)
+            url = self._resolve_one(info, sub, href)
             if url is not None:
                 out[url] = None
                 if len(out) >= cap:
@@ -225,14 +246,20 @@ class Normalizer:
         elif href[:1] == "?":
             cacheable = False
         if cacheable and sub is not None and len(href) <= _CACHE_HREF_MAX:
-            if self._cache_size >= _CACHE_MAX:
-                # Bounded memory: forget everything rather than track recency per entry.
-                self._cache.clear()
-                self._cache_size = 0
-                sub = self._subcache(info.directory)
-            sub[href] = result
-            self._cache_size += 1
+            self._remember(info, sub, href, result)
         return result
+
+    def _remember(
+        self, info: _BaseInfo, sub: dict[str, str | None], href: str, result: str | None
+    ) -> None:
+        """Cache href's resolution for every page in info's folder (bounded in entries)."""
+        if self._cache_size >= _CACHE_MAX:
+            # Bounded memory: forget everything rather than track recency per entry.
+            self._cache.clear()
+            self._cache_size = 0
+            sub = self._subcache(info.directory)
+        sub[href] = result
+        self._cache_size += 1
 
     def _fast_relative(self, info: _BaseInfo, href: str) -> str | None | object:
         """Resolve the common simple href shapes with string operations, else return _SLOW."""
