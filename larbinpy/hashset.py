@@ -14,6 +14,7 @@ import math
 import mmap
 import os
 from collections.abc import Iterable
+from itertools import filterfalse
 from pathlib import Path
 from typing import Protocol
 
@@ -77,11 +78,10 @@ class BitmapSeenSet:
         m, out, recent = self._map, [], self._recent
         if len(recent) > RECENT_MAX:
             recent.clear()
+        keys = list(filterfalse(recent.__contains__, keys))  # a C loop: most keys are recent
         if self.k == 1:
             bits = self.bits
             for key in keys:
-                if key in recent:
-                    continue
                 p = _hash64(key.encode()) % bits
                 if m[p >> 3] & (1 << (p & 7)):
                     if len(key) <= RECENT_KEY_MAX:
@@ -91,8 +91,6 @@ class BitmapSeenSet:
             return out
         bits, k = self.bits, self.k
         for key in keys:
-            if key in recent:
-                continue
             # a seen key has every bit set; most links were seen, so test bit by bit and stop
             # at the first clear one rather than computing all K positions first
             h = _hash128(key.encode())
