@@ -365,3 +365,39 @@ def test_demo_runner_runs_the_command_and_returns_its_code() -> None:
     )
     assert proc.returncode == 7, proc.stderr
     assert "larbinpy demo: serving" in proc.stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_demo_child_does_not_outlive_a_killed_demo(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    child = (f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid()));"
+             "time.sleep(60)")
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "larbinpy.localweb.demo", "--http-port", str(free_port()),
+         "--dns-port", str(free_port()), "--", sys.executable, "-c", child],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline, "the demo never started its command"
+            time.sleep(0.05)
+        pid = int(pid_file.read_text())
+    finally:
+        demo.kill()  # SIGKILL: the demo cannot forward anything
+        demo.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and "Z" not in _proc_state(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            pytest.fail("the demo's command outlived the demo")
+        time.sleep(0.05)
+
+
+def _proc_state(pid: int) -> str:
+    """The state letter of a process ('' once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import html
 import re
 import signal
@@ -299,7 +300,9 @@ async def _run_child(cmd: list[str]) -> int:
     """Run cmd in its own process group, forwarding SIGINT/SIGTERM; return its exit code."""
     try:
         # Own group: a terminal Ctrl-C reaches the child once (through us), not twice.
-        proc = await asyncio.create_subprocess_exec(*cmd, process_group=0)
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, process_group=0,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     except OSError as exc:
         print(f"larbinpy demo: cannot run {cmd[0]}: {exc}", file=sys.stderr)
         return 127
@@ -312,6 +315,12 @@ async def _run_child(cmd: list[str]) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     return 128 - code if code < 0 else code
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when the demo dies, even by SIGKILL, so a crawler
+    never outlives the web it was started to crawl (prctl PR_SET_PDEATHSIG, Linux)."""
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)
 
 
 def _forward(proc: asyncio.subprocess.Process, sig: int) -> None:
