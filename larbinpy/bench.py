@@ -37,7 +37,7 @@ import aiohttp
 
 from .localweb.synth import host_ip, host_name, synth_urls
 from .localweb.web import StaticResolver
-from .runtime import run_loop
+from .runtime import run_loop, tune_gc
 
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
@@ -189,7 +189,6 @@ def run_crawl(config_text: str, workdir: Path,
               starts: dict[str, list[float]] | None = None) -> tuple[Run, dict[str, int]]:
     """Crawl with a fresh Crawler on a fresh loop; return its figures and its outcomes.
     With `starts`, the start time of every page fetch is recorded there, per site."""
-    from .cli import tune_gc
     from .config import parse_config
     from .crawler import Crawler
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .config import Config, ConfigError, describe, load_config
-from .runtime import run_loop
+from .runtime import run_loop, tune_gc
 from .state import StateError
 
 log = logging.getLogger("larbinpy")
@@ -48,15 +48,6 @@ def check_runtime(cfg: Config) -> None:
         except (ImportError, AttributeError, TypeError) as exc:
             raise cfg.error("useroutput", f"userOutput {cfg.user_output}: {exc}") from None
 
-
-def tune_gc() -> None:
-    """Fewer garbage collections: a crawl allocates many short-lived objects per page and
-    keeps few cycles, so the default gen-0 threshold (700) makes the collector run per page."""
-    import gc
-
-    gc.collect()
-    gc.freeze()  # what exists now (modules, config, stages) lives as long as the process
-    gc.set_threshold(20_000, 20, 50)
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
