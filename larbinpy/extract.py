@@ -23,8 +23,10 @@ __all__ = ["extract_links"]
 _LINK_TAGS = (("a", "href"), ("area", "href"), ("frame", "src"), ("iframe", "src"))
 _IMAGE_TAGS = (("img", "src"),)
 _ASCII_WHITESPACE = " \t\n\f\r"
-# The tree as parsed, without lexbor's after-parse DOM updates (e.g. <selectedcontent> copying
-# the chosen <option>: a copy of a link we already have): 5% less parse time.
+# The tree as parsed, without lexbor's after-parse DOM updates: 5% less parse time. The only
+# update that touches links is <selectedcontent> mirroring the chosen <option>: without it, the
+# option's links are found where the option is, and links written inside <selectedcontent>
+# itself are kept (a browser would replace them) -- the source's links, not the rendered DOM's.
 _NO_EVENTS = LexborDocumentOptions.WO_EVENTS
 
 

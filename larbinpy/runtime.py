@@ -19,10 +19,11 @@ import platform
 from collections.abc import Coroutine
 from typing import Any
 
-__all__ = ["HEAP_PAD", "run_loop", "tune_allocator", "tune_gc"]
+__all__ = ["HEAP_PAD", "MMAP_THRESHOLD", "run_loop", "tune_allocator", "tune_gc"]
 
 HEAP_PAD = 16 * 1024 * 1024
-_M_TRIM_THRESHOLD, _M_TOP_PAD = -1, -2  # mallopt parameter numbers from glibc's <malloc.h>
+MMAP_THRESHOLD = 1024 * 1024
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # mallopt numbers, <malloc.h>
 _tuned = False
 
 
@@ -35,9 +36,11 @@ def tune_allocator() -> bool:
         return False  # musl, macOS: their allocators have no such knobs
     libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
     # The trim threshold must exceed the pad, or free() would hand the pad straight back.
-    _tuned = bool(libc.mallopt(_M_TOP_PAD, HEAP_PAD)) and bool(
-        libc.mallopt(_M_TRIM_THRESHOLD, 2 * HEAP_PAD)
-    )
+    # Setting them turns off glibc's sliding mmap threshold, so it is set too: blocks of 1 MiB
+    # and more (a huge page's tree) are mapped apart and go back to the system when freed.
+    _tuned = all(libc.mallopt(param, value) == 1 for param, value in (
+        (_M_TOP_PAD, HEAP_PAD), (_M_TRIM_THRESHOLD, 2 * HEAP_PAD),
+        (_M_MMAP_THRESHOLD, MMAP_THRESHOLD)))
     return _tuned
 
 def tune_gc() -> None:

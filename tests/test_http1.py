@@ -870,3 +870,42 @@ async def test_connection_released_while_paused_for_flow_control_serves_the_next
         resp2, body = await fetch(client, server.port, "/next.html")
         assert (resp2.status, body) == (200, b"/next.html")
         assert len(server.peers) == 1  # on the pooled connection, read again
+
+
+def test_a_timeout_due_within_a_millisecond_survives_a_paused_read_on_uvloop() -> None:
+    """uvloop's call_at hands back a plain Handle (no when()) for a time under 0.5 ms away; a
+    read resumed then must still end as a counted timeout, not as an AttributeError."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def stall(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5000000\r\n\r\n" + b"x" * 700_000)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(10)
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    async def main() -> str:
+        server = await asyncio.start_server(stall, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = Http1Client({}, resolve, keepalive=5, connect_timeout=2, read_timeout=5,
+                             total_timeout=5)
+        try:
+            resp = await client.get("127.0.0.1", port, "/")
+            chunks = resp.content.iter_any().__aiter__()
+            await chunks.__anext__()
+            await until(lambda: resp._conn.paused)  # more than 256 KiB unread: paused
+            loop = asyncio.get_running_loop()
+            resp._conn.start_timer(loop.time() + 0.0002, 5)  # the deadline, 0.2 ms away
+            try:
+                async for _ in chunks:  # resumes reading, re-arming the timer
+                    pass
+            except FetchError as exc:
+                return exc.kind
+            return "complete"
+        finally:
+            client.pool.close()
+            server.close()
+
+    assert uvloop.run(main()) == "timeout"

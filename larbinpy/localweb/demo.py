@@ -17,9 +17,11 @@ import argparse
 import asyncio
 import ctypes
 import html
+import os
 import re
 import signal
 import sys
+from collections.abc import Callable
 from urllib.parse import urldefrag, urljoin
 
 from larbinpy.localweb.dnsserver import DnsServer, start_dns_for
@@ -301,8 +303,7 @@ async def _run_child(cmd: list[str]) -> int:
     try:
         # Own group: a terminal Ctrl-C reaches the child once (through us), not twice.
         proc = await asyncio.create_subprocess_exec(
-            *cmd, process_group=0,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+            *cmd, process_group=0, preexec_fn=_die_with_parent_hook())
     except OSError as exc:
         print(f"larbinpy demo: cannot run {cmd[0]}: {exc}", file=sys.stderr)
         return 127
@@ -317,10 +318,21 @@ async def _run_child(cmd: list[str]) -> int:
     return 128 - code if code < 0 else code
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM it when the demo dies, even by SIGKILL, so a crawler
-    never outlives the web it was started to crawl (prctl PR_SET_PDEATHSIG, Linux)."""
-    ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """What the child runs before exec so that it gets SIGTERM when the demo dies, even by
+    SIGKILL, and a crawler never outlives the web it was started to crawl (Linux's prctl
+    PR_SET_PDEATHSIG). Looked up here, in the parent: loading a library between fork and exec
+    can deadlock."""
+    if sys.platform != "linux":
+        return None
+    prctl, parent = ctypes.CDLL(None).prctl, os.getpid()
+
+    def die_with_parent() -> None:
+        prctl(1, signal.SIGTERM)
+        if os.getppid() != parent:  # the demo died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return die_with_parent
 
 
 def _forward(proc: asyncio.subprocess.Process, sig: int) -> None:
