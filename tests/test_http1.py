@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import socket
 import struct
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -226,6 +228,27 @@ async def test_sequential_gets_to_one_site_share_one_connection(serve, make_clie
             assert (resp.status, body) == (200, f"/p{i}".encode())
         assert len(server.peers) == 1
         assert [target_of(h) for h in server.requests] == [f"/p{i}".encode() for i in range(5)]
+
+
+async def test_a_read_response_is_freed_at_once_not_left_to_the_garbage_collector(
+        serve, make_client):
+    # a reference cycle per response would keep every page's body alive until the collector
+    # ran: tens of megabytes between two collections in a fast crawl
+    async with asyncio.timeout(LIMIT):
+        server = await serve(echo_target)
+        client = make_client()
+        gc.collect()
+        gc.disable()
+        try:
+            gone = []
+            for i in range(20):
+                resp = await client.get(HOST, server.port, f"/p{i}")
+                assert await read_all(resp) == f"/p{i}".encode()
+                gone.append(weakref.ref(resp))
+                del resp
+            assert [ref() for ref in gone] == [None] * 20
+        finally:
+            gc.enable()
 
 
 async def test_request_carries_host_with_port_fixed_headers_and_extra_headers(
