@@ -170,23 +170,25 @@ class Normalizer:
         """`resolve_many`, stopping once `limit` links are found: (links, distinct raw hrefs
         left unresolved). A page of 200,000 links must not hold the event loop for a second."""
         info = self._base(base)
-        distinct = list(dict.fromkeys(hrefs))  # raw hrefs, each once, in order
-        cap = len(distinct) if limit is None else limit
-        if cap <= 0:
-            return [], len(distinct)
-        if info is None or len(distinct) > cap:
+        hrefs = hrefs if isinstance(hrefs, list) else list(hrefs)
+        if info is None or (limit is not None and len(hrefs) > limit):
+            distinct = list(dict.fromkeys(hrefs))  # raw hrefs, each once, in order
+            cap = len(distinct) if limit is None else limit
+            if cap <= 0:
+                return [], len(distinct)
             return self._resolve_capped(info, distinct, cap)
         sub = self._subcache(info.directory)
         # Most of a page's hrefs were seen on an earlier page of the same folder (navigation):
-        # one C-level pass answers them from the cache; only the misses run Python code.
-        urls = list(map(sub.get, distinct, repeat(_SLOW, len(distinct))))
+        # one C-level pass answers them from the cache; only the misses run Python code. (Raw
+        # duplicates are looked up twice: cheaper than removing them first.)
+        urls = list(map(sub.get, hrefs, repeat(_SLOW, len(hrefs))))
         if _SLOW in urls:
             # absolute hrefs live in the crawl-wide cache; the folder's answers are its default
-            urls = list(map(self._absolute.get, distinct, urls))
+            urls = list(map(self._absolute.get, hrefs, urls))
         if _SLOW in urls:
             for i, url in enumerate(urls):
                 if url is _SLOW:
-                    urls[i] = self._miss(info, sub, distinct[i])
+                    urls[i] = self._miss(info, sub, hrefs[i])
         out = dict.fromkeys(urls)
         out.pop(None, None)
         return list(out), 0  # type: ignore[arg-type]
