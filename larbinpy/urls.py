@@ -256,10 +256,13 @@ class Normalizer:
     ) -> None:
         """Cache href's resolution for every page in info's folder (bounded in entries)."""
         if self._cache_size >= _CACHE_MAX:
-            # Bounded memory: forget everything rather than track recency per entry.
+            # Bounded memory: forget everything rather than track recency per entry. The
+            # folder's slice is emptied in place, not replaced: the caller holds it for the
+            # rest of the page, and what it adds there must stay cached and counted.
             self._cache.clear()
-            self._cache_size = 0
-            sub = self._subcache(info.directory)
+            sub.clear()
+            self._cache[info.directory] = sub
+            self._cache_size = 1  # the slice itself, as _subcache counts it
         sub[href] = result
         self._cache_size += 1
 

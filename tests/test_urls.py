@@ -7,6 +7,7 @@ import os
 import random
 import re
 from pathlib import Path
+from urllib.parse import urljoin
 
 import pytest
 
@@ -637,6 +638,21 @@ def test_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for i in range(1000):  # one directory per page, only uncacheable hrefs
         assert norm.resolve(f"http://e.com/d{i}/", "?q") == f"http://e.com/d{i}/?q"
     assert len(norm._cache) <= 100
+
+
+def test_links_resolved_after_the_cache_fills_mid_page_stay_cached(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import larbinpy.urls as urls
+
+    monkeypatch.setattr(urls, "_CACHE_MAX", 7)
+    norm = Normalizer()
+    hrefs = [f"x{i}.html" for i in range(10)]
+    for base in ("http://e.com/d/p.html", "http://e.com/f/p.html", "http://e.com/d/q.html"):
+        assert norm.resolve_many(base, hrefs) == [urljoin(base, h) for h in hrefs]
+        # the entries the page added after the clear are still there, and counted
+        kept = sum(len(sub) for sub in norm._cache.values()) + len(norm._cache)
+        assert kept == norm._cache_size <= 7
+        assert "x9.html" in norm._cache[base[: base.rfind("/") + 1]]
 
 
 # ---- robustness -----------------------------------------------------------------------------
