@@ -94,7 +94,6 @@ def peak_rss_mb() -> float:
     return kib / 1024 if sys.platform != "darwin" else kib / 1024 / 1024
 
 
-
 def measured(make_coro: Callable[[], Awaitable[int]]) -> tuple[int, float, float, float]:
     """Run the coroutine made by `make_coro`; return (its result, wall s, CPU s, sys s)."""
     (cpu0, sys0), t0 = cpu_seconds(), time.perf_counter()

@@ -33,7 +33,6 @@ def setup_logging(verbosity: int, log_file: str | None = None) -> None:
     root.setLevel(level)
 
 
-
 def check_runtime(cfg: Config) -> None:
     """Checks that need the file system: files the configuration names must exist."""
     if cfg.seed_file and not Path(cfg.seed_file).is_file():
@@ -47,7 +46,6 @@ def check_runtime(cfg: Config) -> None:
             load_hook(cfg.user_output)
         except (ImportError, AttributeError, TypeError) as exc:
             raise cfg.error("useroutput", f"userOutput {cfg.user_output}: {exc}") from None
-
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:

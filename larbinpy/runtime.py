@@ -5,7 +5,7 @@ Before it starts, glibc's allocator is told to keep some freed heap: lexbor buil
 25 bytes per byte of HTML and frees it a page later, and with glibc's defaults each page's tree
 grows the heap with brk and trims it back, so the kernel zero-fills fresh pages for every page
 parsed. Keeping a 16 MiB pad made parsing a 15 KB page 46 -> 28 µs and cut the crawl's system
-time by a third (`larbinpy bench --output none`, see README). It is a constant, not a key: the
+time by about 40% (`larbinpy bench --output none`, see README). It is a constant, not a key: the
 memory it costs is 16 MiB once, whatever the crawl's size.
 """
 
@@ -42,6 +42,7 @@ def tune_allocator() -> bool:
         (_M_TOP_PAD, HEAP_PAD), (_M_TRIM_THRESHOLD, 2 * HEAP_PAD),
         (_M_MMAP_THRESHOLD, MMAP_THRESHOLD)))
     return _tuned
+
 
 def tune_gc() -> None:
     """Fewer garbage collections: a crawl allocates many short-lived objects per page and

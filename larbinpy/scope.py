@@ -62,8 +62,6 @@ class Scope:
 
     def _calendar(self, path: str) -> bool:
         """Does the URL hold a date whose year no real archive reaches (an endless calendar)?"""
-        if _DATE.search(path) is None:
-            return False  # most paths hold no date: no iterator built for them
         for m in _DATE.finditer(path):
             year = int(m.group(1) or m.group(2))
             if not CALENDAR_MIN_YEAR <= year <= self.max_year:

@@ -188,13 +188,15 @@ class Normalizer:
         if _SLOW in urls:
             for i, url in enumerate(urls):
                 if url is _SLOW:
-                    urls[i] = self._miss(info, sub, hrefs[i])
+                    urls[i] = self._resolve_link(info, sub, hrefs[i])
         out = dict.fromkeys(urls)
         out.pop(None, None)
         return list(out), 0  # type: ignore[arg-type]
 
-    def _miss(self, info: _BaseInfo, sub: dict[str, str | None], href: str) -> str | None:
-        """Resolve an href that neither cache knows."""
+    def _resolve_link(
+        self, info: _BaseInfo | None, sub: dict[str, str | None] | None, href: str
+    ) -> str | None:
+        """Resolve one href found on a page (a cache miss, or a page over the limit)."""
         if href[:1] == "#":
             return None  # "this page", which the crawler has (not cached: resolve() differs)
         return self._resolve_one(info, sub, href)  # caches the result where it may be shared
@@ -206,9 +208,7 @@ class Normalizer:
         sub = self._subcache(info.directory) if info is not None else None
         out: dict[str, None] = {}
         for done, href in enumerate(distinct):
-            if href[:1] == "#":
-                continue
-            url = self._resolve_one(info, sub, href)
+            url = self._resolve_link(info, sub, href)
             if url is not None:
                 out[url] = None
                 if len(out) >= cap:
