@@ -327,7 +327,7 @@ def report_text(result: dict[str, Any]) -> str:
     """The human-readable report."""
     lines = [f"larbinpy bench: {result['hosts']} hosts x {result['pages_per_host']} pages, "
              f"{result['connections']} connections, {result['per_host']} per host, "
-             f"output {result['output']}, loop {result['loop']}"]
+             f"output {result['output']} in {result.get('dir', '?')}, loop {result['loop']}"]
     for name in ("crawl", "floor", "http1"):
         r = result.get(name)
         if r is None:
@@ -379,7 +379,8 @@ def parser() -> argparse.ArgumentParser:
                    default="save")
     p.add_argument("--dir", default=None,
                    help="where the crawl's saveDir and stateDir go (a temporary folder made "
-                        "there, removed after) [the system's temporary directory]")
+                        "there, removed after) [/dev/shm if it has room, else the system's "
+                        "temporary directory]")
     p.add_argument("--http1-floor", action="store_true",
                    help="also measure the bare fetch loop with the crawler's own plain-HTTP "
                         "client (http1.py) instead of aiohttp's session")
@@ -484,18 +485,37 @@ def nodes_bench(args: argparse.Namespace) -> int:
     return run_and_report(args, bench_nodes, report_nodes)
 
 
+def default_dir(candidate: str = "/dev/shm", room: int = 2 << 30) -> str | None:
+    """Where the bench writes unless --dir says: `candidate` (memory) when it is a writable
+    folder with `room` bytes free, else None (the system's temporary directory).
+
+    Why memory: the figure should be the crawler's cost, the same from one run to the next. On
+    a disk, creating a file can cost 10x more right after many were deleted (ext4 without a
+    journal skips inodes freed in the last 60-300 s, scanning past each): each bench run
+    deletes its 20,000 files and slows the next. `--dir /tmp` measures a disk on purpose."""
+    try:
+        free = os.statvfs(candidate)
+    except OSError:
+        return None
+    if not os.access(candidate, os.W_OK) or free.f_bavail * free.f_frsize < room:
+        return None
+    return candidate
+
+
 def run_and_report(
     args: argparse.Namespace,
     measure: Callable[[argparse.Namespace, Path], dict[str, Any]],
     render: Callable[[dict[str, Any]], str],
 ) -> int:
     """Measure in a temporary folder, print the report (or JSON); 1 if the measure fails."""
-    with tempfile.TemporaryDirectory(prefix="larbinpy-bench-", dir=args.dir) as tmp:
+    where = args.dir if args.dir is not None else default_dir()
+    with tempfile.TemporaryDirectory(prefix="larbinpy-bench-", dir=where) as tmp:
         try:
             result = measure(args, Path(tmp))
         except Exception as exc:
             print(f"larbinpy bench: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
+    result["dir"] = str(Path(tmp).parent)
     print(json.dumps(result) if args.json else render(result))
     return 0
 

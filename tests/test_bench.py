@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
+
+from larbinpy.bench import default_dir
 
 
 def test_bench_small_json() -> None:
@@ -21,6 +24,13 @@ def test_bench_small_json() -> None:
     assert result["floor"]["pages_per_s"] > 0
     assert result["http1"]["pages"] == 60  # the bare loop on the crawler's own client too
     assert result["warnings"] == []
+    assert result["dir"] == (default_dir() or tempfile.gettempdir())  # said in the report
+
+
+def test_bench_writes_in_memory_only_where_there_is_room(tmp_path) -> None:
+    assert default_dir(str(tmp_path), room=0) == str(tmp_path)
+    assert default_dir(str(tmp_path), room=1 << 60) is None  # not enough room: the temp dir
+    assert default_dir(str(tmp_path / "missing"), room=0) is None
 
 
 def test_bench_politeness_mode_never_beats_the_politeness_clock() -> None:
