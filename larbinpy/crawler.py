@@ -1,7 +1,8 @@
 """The crawl: builds the stages, wires them in pipeline order, runs them on one event loop.
 
 Data flows one way: input -> frontier -> sequencer -> site queues -> DNS (then robots.txt)
--> opener -> reader -> outputs, with the reader's links and redirects going back to input.
+-> opener -> reader -> parser -> outputs, with the parser's links and the reader's redirects
+going back to input.
 `idle()` is the one explicit "is the crawl done?" check over every stage's counters.
 """
 
@@ -31,6 +32,7 @@ from .stages.bandwidth import BandwidthLimiter
 from .stages.dns import Dns
 from .stages.input import Input
 from .stages.opener import Opener
+from .stages.parser import Parser
 from .stages.reader import Reader
 from .stages.robots import Robots
 from .stages.sequencer import Sequencer
@@ -79,8 +81,10 @@ class Crawler:
         self.robots = Robots(cfg, self.stats, self.sites, policy)
         self.outputs = Outputs(cfg, self.stats)
         self.limiter = BandwidthLimiter(cfg.max_bandwidth) if cfg.max_bandwidth else None
+        self.parser = Parser(cfg, self.stats, self.normalizer, self.input, self.outputs,
+                             self.changed)
         self.reader = Reader(cfg, self.stats, self.normalizer, self.robots, self.input,
-                             self.outputs, self.limiter, self.contents,
+                             self.outputs, self.limiter, self.contents, parser=self.parser,
                              keep_raw=self.outputs.keep_raw, sites=self.sites)
         if self.outputs.keep_raw:  # archives record robots.txt exchanges too
             self.robots.record = self.outputs.record_robots
@@ -113,6 +117,7 @@ class Crawler:
             and self.sites.queued == 0
             and self.dns.waiting_sites == 0
             and self.opener.in_flight == 0
+            and self.parser.pending == 0  # pages read this turn, links not extracted yet
             and self.outputs.backlog() == 0  # a full disk pauses the crawl; it is not done
             and (self.cluster is None or self.cluster.idle())  # nothing on its way to Redis
         )
@@ -216,6 +221,7 @@ class Crawler:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self.parser.flush()  # the last turn's pages: their links before the last checkpoint
         if self.cluster is not None:
             await self.cluster.stop()  # flush to Redis, then leave (handing over if not done)
         await self.outputs.drain()
@@ -228,8 +234,10 @@ class Crawler:
 
     def checkpoint(self) -> None:
         """Make outputs and queues durable, save cursors and in-memory jobs, then release."""
-        # Order matters: everything is synced before the cursors are taken, and files before
-        # the cursors are released only once the checkpoint naming them is on disk.
+        # Order matters: pages read but not parsed go on first (their links to the frontier,
+        # the pages to the outputs); everything is synced before the cursors are taken, and
+        # files before the cursors are released only once the checkpoint naming them is on disk.
+        self.parser.flush()
         self.outputs.flush()
         self.seen.flush()
         if self.contents is not None:

@@ -180,10 +180,13 @@ class Outbox:
 class Fetched:
     """URLs fetched here, removed from this node's pending hash in batches."""
 
-    def __init__(self, link: Link) -> None:
+    def __init__(self, link: Link, parse_pending: Callable[[], None] = lambda: None) -> None:
         self.link = link
         self.pending = link.key("pending", link.node)
         self.urls: list[str] = []
+        # The parser stage's flush: a fetched page's links reach admission before its URL
+        # leaves the pending hash, or a kill -9 in between would lose them.
+        self.parse_pending = parse_pending
 
     def add(self, url: str) -> None:
         """A job of this node was fetched (whatever the outcome)."""
@@ -197,6 +200,7 @@ class Fetched:
 
     async def flush(self) -> None:
         """Remove the fetched URLs from the pending hash."""
+        self.parse_pending()
         while self.urls:
             urls = self.urls[:CHUNK]
             await self.link.retrying("removing fetched URLs",

@@ -2,8 +2,9 @@
 
 The opener calls `fetch(site, job)` for one job. The reader sends the request, reads the
 body under `maxPageSize` (after decompression) and the bandwidth limiter, counts exactly one
-outcome, hands 2xx pages to the outputs and their links back to the input stage; a redirect's
-target goes back to input too, one hop further (with the job's tag and kind).
+outcome and hands 2xx pages to the parser stage (`parser.py`: links to input, page to the
+outputs); a redirect's target goes back to input, one hop further (with the job's tag and
+kind).
 
 Also here: a 429 or 503 pauses the whole site (`backoff.py`) and sends the job back to its
 site's queue, at most `maxRetries` times (each counted as backedOff; the last answer is then
@@ -25,10 +26,9 @@ from aiohttp.http_exceptions import TransferEncodingError
 from yarl import URL
 
 from ..backoff import BACK_OFF_STATUSES, back_off
-from ..body import BodyError, html_for_links, read_body
+from ..body import BodyError, read_body
 from ..config import Config
 from ..cookies import CookieJar
-from ..extract import extract_links
 from ..hashset import SeenSet
 from ..http1 import FetchError, Http1Client, Response, split_http_url
 from ..netpolicy import DeniedNetworkError
@@ -43,10 +43,10 @@ from ..stats import Stats
 from ..urls import Normalizer
 from .bandwidth import BandwidthLimiter
 from .input import Input
+from .parser import HTML_TYPES, Parser
 from .robots import Robots
 
 Answer = aiohttp.ClientResponse | Response  # both read alike (see http1.py)
-HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.\-]*):")
 
 
@@ -63,6 +63,8 @@ class Reader:
         outputs: Outputs,
         limiter: BandwidthLimiter | None,
         contents: SeenSet | None,
+        *,
+        parser: Parser,
         keep_raw: bool = False,
         sites: Sites | None = None,
     ) -> None:
@@ -77,6 +79,7 @@ class Reader:
         # a job a site asked us to retry (429/503) goes back to its site's queue
         self.sites = sites if sites is not None else robots.sites
         self.cookies = CookieJar() if cfg.cookies else None
+        self.parser = parser  # 2xx pages go on to it (links, outputs)
 
     def refused(self, site: Site, job: Job) -> bool:
         """Must this job not be requested at all? (If so, its outcome is counted here.)
@@ -156,15 +159,7 @@ class Reader:
         if self.contents is not None and self._seen_body(page.body):
             self.outputs.record_duplicate(page)  # archives record a revisit
             return "duplicate"
-        if page.content_type in HTML_TYPES:
-            text = html_for_links(page.body, resp.headers.get("Content-Type", ""))
-            page.links, dropped = extract_links(
-                text, job.url, self.normalizer,
-                follow_images=self.cfg.follow_images, max_links=self.cfg.max_links_per_page,
-            )
-            self.stats.links_dropped += dropped
-        self.outputs.write(page)
-        self.input.add_links(job, job.url, page.links)
+        self.parser.take(page, resp.headers.get("Content-Type", ""))  # links, outputs, input
         return "success"
 
     def _back_off(self, site: Site, job: Job, resp: Answer) -> str | None:
