@@ -80,6 +80,7 @@ class Parser:
         batch, self.batch = self.batch, []
         for page, content_type in batch:
             self._parse(page, content_type)
+        self.outputs.write_batch()  # the turn's files back to back, while the bodies are warm
         self.on_parsed()
 
     def _parse(self, page: Page, content_type: str) -> None:
