@@ -374,6 +374,32 @@ async def test_setbit_is_a_test_and_set_across_nodes(redis_url, tmp_path):
         await adm.link.close()
 
 
+async def test_a_fetched_url_stays_pending_until_its_pages_links_are_admitted(
+        redis_url, tmp_path):
+    from larbinpy.cluster.streams import Fetched
+    from larbinpy.records import Job
+
+    adm, _ = await admission_of(redis_url, "a", tmp_path)
+    pending = "larbinpy:unit:pending:a"
+    r = aioredis.Redis.from_url(redis_url)
+    await r.hset(pending, "http://a.test/page", "job")  # a URL this node holds
+    # the page is fetched; its one link is still in the parser stage when the ack is due
+    fetched = Fetched(adm.link, lambda: adm.admit([Job("http://a.test/link", 1)]), adm.settled)
+    fetched.add("http://a.test/page")
+    ack = asyncio.ensure_future(fetched.flush())
+    await asyncio.sleep(0.3)
+    assert not ack.done()  # admission has not run: the page must stay pending
+    assert await r.hkeys(pending) == [b"http://a.test/page"]  # a kill -9 now loses nothing
+    admitting = asyncio.ensure_future(adm.run())
+    await asyncio.wait_for(ack, 5)
+    assert await r.hkeys(pending) == [b"http://a.test/link"]  # the link in, then the page out
+    adm.link.stopping.set()
+    adm.wake.set()
+    await asyncio.wait_for(admitting, 5)
+    await r.aclose()
+    await adm.link.close()
+
+
 async def test_the_seen_set_is_split_in_keys_of_at_most_512_mib(redis_url, tmp_path,
                                                                  monkeypatch):
     from larbinpy.cluster import redis_seen

@@ -160,15 +160,20 @@ async def test_a_slow_async_hook_applies_back_pressure(tmp_path, monkeypatch):
     written = 0
 
     async def produce() -> None:
+        """What the reader does: wait until fetching may go on, fetch (a turn), output."""
         nonlocal written
         for i in range(3 * HOOK_CONCURRENCY):
-            await outs.write_async(page(f"http://x.test/{i}"))
+            await outs.wait_ready()
+            await asyncio.sleep(0)
+            outs.write(page(f"http://x.test/{i}"))
             written += 1
 
     producer = asyncio.ensure_future(produce())
     await asyncio.sleep(0.05)
-    assert written == HOOK_CONCURRENCY - 1  # the next write waits: memory stays bounded
-    assert not outs.ready and outs.status()["hook"]["running"] == HOOK_CONCURRENCY
+    # The hook gets a page at the end of its turn, so one more fetch had started meanwhile
+    # (with N fetches in flight, at most N more); then fetching waits: memory stays bounded.
+    assert written == HOOK_CONCURRENCY + 1
+    assert not outs.ready and outs.status()["hook"]["running"] == HOOK_CONCURRENCY + 1
     module.GATE.set()
     await asyncio.wait_for(producer, 5)
     await outs.drain(5)

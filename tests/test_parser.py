@@ -96,3 +96,41 @@ async def test_pages_held_for_the_end_of_the_turn_are_bounded(tmp_path, monkeypa
         assert len(crawler.frontier) == 3
     finally:
         crawler._close()
+
+
+async def test_a_page_whose_links_cannot_be_queued_does_not_hold_back_the_turn(
+        tmp_path, monkeypatch, caplog):
+    crawler = Crawler(parse_config(config(tmp_path)), scratch=True)
+    real = crawler.input.add_links
+
+    def state_disk_full_once(parent: Job, page_url: str, links: list[str]) -> None:
+        if page_url.endswith("first.html"):
+            raise OSError(28, "No space left on device")
+        real(parent, page_url, links)
+
+    monkeypatch.setattr(crawler.input, "add_links", state_disk_full_once)
+    try:
+        with caplog.at_level(logging.ERROR, logger="larbinpy.parser"):
+            for name in ("first", "second", "third"):
+                crawler.parser.take(page(f"http://a.test/{name}.html", f"/{name}-next.html"),
+                                    "text/html")
+            await asyncio.sleep(0)
+        assert "could not pass on http://a.test/first.html" in caplog.text
+        assert queued(crawler) == ["http://a.test/second-next.html",
+                                   "http://a.test/third-next.html"]
+        index = (tmp_path / "save/d00000/index").read_text().split()
+        assert len(index) == 6  # every page saved, the first one too
+    finally:
+        crawler._close()
+
+
+async def test_the_crawl_is_not_done_while_the_outputs_hold_a_page(tmp_path):
+    crawler = Crawler(parse_config(config(tmp_path)), scratch=True)
+    try:
+        assert crawler.idle()
+        crawler.outputs.write(page("http://a.test/last.html"))
+        assert not crawler.idle()  # written at the end of this turn: not done before
+        await asyncio.sleep(0)
+        assert crawler.idle()
+    finally:
+        crawler._close()

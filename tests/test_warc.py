@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import gzip
 import inspect
@@ -175,6 +176,22 @@ def test_duplicates_become_revisits_of_the_archived_payload(tmp_path):
     assert revisit["raw"] == b""  # headers only
     # a payload this archive does not hold is archived in full, never a dangling revisit
     assert by_uri[("response", "http://x.test/c")]["raw"] == b"never archived"
+
+
+async def test_a_revisit_read_in_the_same_turn_as_its_page_is_archived_after_it(tmp_path):
+    from larbinpy.crawler import Crawler
+
+    crawler = Crawler(parse_config(f"stateDir {tmp_path}/state\nsaveDir {tmp_path}/save\n"
+                                   "output warc\nhttpPort 0\ninputPort 0\n"), scratch=True)
+    crawler.parser.pass_on("write", hand_page("http://x.test/gone", b"no", status=404))
+    crawler.parser.take(hand_page("http://x.test/a", b"same body"), "text/html")
+    crawler.parser.pass_on("record_duplicate", hand_page("http://x.test/b", b"same body"))
+    await asyncio.sleep(0)  # the end of the turn that read all three
+    crawler._close()
+    got = [(r["type"], r["warc"].get("WARC-Target-URI")) for r in records(warc_files(tmp_path))
+           if r["type"] in ("response", "revisit")]
+    assert got == [("response", "http://x.test/gone"), ("response", "http://x.test/a"),
+                   ("revisit", "http://x.test/b")]  # in the order read
 
 
 def test_robots_fetches_are_archived_whatever_the_filters(tmp_path):

@@ -76,7 +76,7 @@ class Cluster:
                                    self.membership.owner, self.next_seq, self._queued)
         self.inbox = Inbox(self.link, crawler.frontier, self.next_seq, self._queued)
         self.outbox = Outbox(self.link, self.beat, self.route)
-        self.fetched = Fetched(self.link, crawler.parser.flush)
+        self.fetched = Fetched(self.link, crawler.parser.flush, self.admission.settled)
         self.termination = Termination(self.link, crawler.idle, self.seq, crawler.changed)
         self.ipclock = (IpClock(self.link, crawler.sites, cfg.wait_duration, cfg.timeout_total)
                         if cfg.wait_duration > 0 else None)

@@ -23,6 +23,7 @@ Redis hit. Bits: position p lives in key `seen:<p // 2^32>`, bit `p % 2^32` (512
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -36,6 +37,7 @@ from .link import KEY_BITS, Link, encode_extra
 log = logging.getLogger("larbinpy.cluster")
 
 BATCH = 2000  # jobs per admission round trip at most
+SETTLE_POLL_S = 0.1  # settled(): how often a waiter re-checks whether the loops are stopping
 
 # KEYS: nodes, pending:me, node:me, admitted. ARGV: prefix, me, K, seq, bits a key, then per
 # job: owner, url, extra, force (1/0), K bit positions. Returns one flag a job (0, 1, 2).
@@ -100,11 +102,15 @@ class Admission:
         self.buffer: list[tuple[Job, bool]] = []
         self.busy = False  # a batch is in a round trip
         self.wake = asyncio.Event()
+        # jobs ever handed over, and ever through a round trip (FIFO: a prefix of them)
+        self.handed = self.admitted = 0
+        self.progress = asyncio.Event()  # set after each round trip
         self.sent = 0  # new URLs routed to other nodes
 
     def admit(self, jobs: list[Job], force: bool = False) -> None:
         """Input's hook: candidate jobs (not in the local cache) wait for the next round trip."""
         self.buffer.extend((job, force) for job in jobs)
+        self.handed += len(jobs)
         self.wake.set()
 
     def idle(self) -> bool:
@@ -133,8 +139,23 @@ class Admission:
             flags = await self.link.retrying("admitting URLs", lambda: self._admit(batch))
             del self.buffer[:len(batch)]  # only now: a failed stop keeps them counted
             self._route(batch, flags)
+            self.admitted += len(batch)
+            self.progress.set()
         finally:
             self.busy = False
+
+    async def settled(self) -> bool:
+        """Wait until every job handed over so far has been through its round trip (True);
+        False as soon as the loops are stopping with some not through (the clean stop drains
+        them, then asks again)."""
+        mark = self.handed
+        while self.admitted < mark:
+            if self.link.stopping.is_set():
+                return False
+            self.progress.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.progress.wait(), SETTLE_POLL_S)
+        return True
 
     async def _admit(self, batch: list[tuple[Job, bool]]) -> bytes:
         """The ADMIT round trip: one flag per job (0 seen, 1 own and new, 2 sent)."""

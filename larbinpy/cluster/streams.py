@@ -9,9 +9,9 @@
   arrived before the view was fresh) to their owner's stream, removing them from the pending
   hash in the same script; an owner that is not live refuses, and the jobs are routed again
   once a heartbeat has refreshed the view.
-* `Fetched` removes fetched URLs from the pending hash, a batch every FLUSH_S: after a
-  `kill -9`, what is still pending is what survivors fetch again -- URLs in flight and the
-  last FLUSH_S of fetches at most.
+* `Fetched` removes fetched URLs from the pending hash, a batch every FLUSH_S, each once the
+  links of its page are through admission: after a `kill -9`, what is still pending is what
+  survivors fetch again -- URLs in flight and the last FLUSH_S of fetches at most.
 
 The pending hash is why nothing is lost when a node dies for good: the node's FIFO files are
 on its own disk, so every URL it holds and has not fetched is also in Redis (about 100 bytes
@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ..frontier import Frontier
 from ..records import Job
@@ -180,13 +180,17 @@ class Outbox:
 class Fetched:
     """URLs fetched here, removed from this node's pending hash in batches."""
 
-    def __init__(self, link: Link, parse_pending: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self, link: Link, parse_pending: Callable[[], None],
+        settled: Callable[[], Awaitable[bool]],
+    ) -> None:
         self.link = link
         self.pending = link.key("pending", link.node)
         self.urls: list[str] = []
-        # The parser stage's flush: a fetched page's links reach admission before its URL
-        # leaves the pending hash, or a kill -9 in between would lose them.
-        self.parse_pending = parse_pending
+        # A fetched page's links must be in Redis before its URL leaves the pending hash, or a
+        # kill -9 in between loses them: the parser stage passes the links on to admission
+        # (`parse_pending`), and admission says when they are through (`settled`).
+        self.parse_pending, self.settled = parse_pending, settled
 
     def add(self, url: str) -> None:
         """A job of this node was fetched (whatever the outcome)."""
@@ -199,10 +203,14 @@ class Fetched:
             await self.flush()
 
     async def flush(self) -> None:
-        """Remove the fetched URLs from the pending hash."""
+        """Remove the fetched URLs from the pending hash, once their pages' links are in."""
         self.parse_pending()
-        while self.urls:
-            urls = self.urls[:CHUNK]
+        done = len(self.urls)  # fetched before the links just handed over
+        if not done or not await self.settled():
+            return  # stopping: the clean stop admits everything, then flushes again
+        while done:
+            urls = self.urls[:min(CHUNK, done)]
             await self.link.retrying("removing fetched URLs",
                                      lambda u=urls: self.link.execute("HDEL", self.pending, *u))
             del self.urls[:len(urls)]
+            done -= len(urls)

@@ -138,13 +138,6 @@ class Outputs:
         if self.wanted(page):
             self._hold("write", page)
 
-    async def write_async(self, page: Page) -> None:
-        """`write` now (not at the end of the turn), then wait while fetching should pause
-        (storage refused, hook busy)."""
-        self.write(page)
-        self.write_batch()
-        await self.wait_ready()
-
     def record_robots(self, page: Page) -> None:
         """A robots.txt exchange: to the archival outputs only, whatever the filters say."""
         self._hold("record_robots", page)
@@ -284,6 +277,11 @@ class Outputs:
     def backlog(self) -> int:
         """Pages waiting for a storage to accept them."""
         return sum(len(b) for b in self.backlogs)
+
+    @property
+    def held(self) -> int:
+        """Pages held for the end of this loop turn (not offered to a storage yet)."""
+        return len(self.batch)
 
     def status(self) -> dict[str, Any]:
         """Figures for the status page and status.json."""

@@ -138,7 +138,7 @@ class Reader:
         if status in BACK_OFF_STATUSES:
             kind = self._back_off(site, job, resp)
             if self.keep_raw:
-                self.outputs.write(await self._page(site, job, resp, start))
+                self.parser.pass_on("write", await self._page(site, job, resp, start))
             if kind:
                 return kind
         elif site.backoffs:
@@ -151,13 +151,13 @@ class Reader:
             else:
                 kind = "err50X" if status >= 500 else "err40X" if status >= 400 else "badType"
             if self.keep_raw and status not in BACK_OFF_STATUSES:  # archives want every exchange
-                self.outputs.write(await self._page(site, job, resp, start))
+                self.parser.pass_on("write", await self._page(site, job, resp, start))
             return kind
         if not self._wanted_type(resp.content_type, job.url):
             return "badType"
         page = await self._page(site, job, resp, start)
         if self.contents is not None and self._seen_body(page.body):
-            self.outputs.record_duplicate(page)  # archives record a revisit
+            self.parser.pass_on("record_duplicate", page)  # archives record a revisit
             return "duplicate"
         self.parser.take(page, resp.headers.get("Content-Type", ""))  # links, outputs, input
         return "success"
@@ -179,7 +179,7 @@ class Reader:
         """A sitemap: its sitemaps or page URLs go to input; only archives keep the file."""
         page = await self._page(site, job, resp, start, SITEMAP_MAX_BYTES, truncate=True)
         if self.keep_raw:
-            self.outputs.record_robots(page)  # archived like robots.txt, not output as a page
+            self.parser.pass_on("record_robots", page)  # archived like robots.txt, not a page
         try:
             found = parse_sitemap(page.body)
         except SitemapError:
