@@ -118,7 +118,6 @@ class Crawler:
             and self.dns.waiting_sites == 0
             and self.opener.in_flight == 0
             and self.parser.pending == 0  # pages read this turn, links not extracted yet
-            and self.outputs.held == 0  # written at the end of this turn
             and self.outputs.backlog() == 0  # a full disk pauses the crawl; it is not done
             and (self.cluster is None or self.cluster.idle())  # nothing on its way to Redis
         )

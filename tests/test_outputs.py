@@ -170,57 +170,12 @@ async def test_a_slow_async_hook_applies_back_pressure(tmp_path, monkeypatch):
 
     producer = asyncio.ensure_future(produce())
     await asyncio.sleep(0.05)
-    # The hook gets a page at the end of its turn, so one more fetch had started meanwhile
-    # (with N fetches in flight, at most N more); then fetching waits: memory stays bounded.
-    assert written == HOOK_CONCURRENCY + 1
-    assert not outs.ready and outs.status()["hook"]["running"] == HOOK_CONCURRENCY + 1
+    assert written == HOOK_CONCURRENCY  # the next fetch waits: memory stays bounded
+    assert not outs.ready and outs.status()["hook"]["running"] == HOOK_CONCURRENCY
     module.GATE.set()
     await asyncio.wait_for(producer, 5)
     await outs.drain(5)
     assert len(module.DONE) == 3 * HOOK_CONCURRENCY and outs.ready
-
-
-# --- one loop turn's pages, written together ---
-
-
-async def test_pages_of_one_loop_turn_are_on_disk_at_its_end_in_order(tmp_path):
-    outs = outputs(tmp_path, "output save\n")
-    for i in range(3):
-        outs.write(page(f"http://x.test/{i}", body=f"page {i}".encode()))
-    assert saved(tmp_path / "save") == {}  # held for the end of this turn ...
-    await asyncio.sleep(0)
-    got = saved(tmp_path / "save")  # ... then all written, in the order they came
-    assert list(got) == [f"http://x.test/{i}" for i in range(3)]
-    assert got["http://x.test/2"] == b"page 2"
-    outs.close()
-
-
-async def test_pages_held_are_bounded_and_written_by_a_checkpoint(tmp_path, monkeypatch):
-    monkeypatch.setattr(outputs_module, "BATCH_PAGES", 4)
-    outs = outputs(tmp_path, "output save\n")
-    for i in range(6):
-        outs.write(page(f"http://x.test/{i}"))
-    assert len(saved(tmp_path / "save")) == 4  # the fourth page filled the batch: written
-    outs.flush()  # a checkpoint writes what is held before it saves the queues' cursors
-    assert len(saved(tmp_path / "save")) == 6
-    outs.close()
-
-
-async def test_held_bytes_are_bounded_too(tmp_path, monkeypatch):
-    monkeypatch.setattr(outputs_module, "BATCH_BYTES", 1000)
-    outs = outputs(tmp_path, "output save\n")
-    outs.write(page("http://x.test/small", body=b"x" * 10))
-    assert saved(tmp_path / "save") == {}
-    outs.write(page("http://x.test/big", body=b"x" * 1000))
-    assert list(saved(tmp_path / "save")) == ["http://x.test/small", "http://x.test/big"]
-    outs.close()
-
-
-def test_closing_writes_the_pages_held(tmp_path):
-    outs = outputs(tmp_path, "output save\n")
-    outs.batch.append(("write", page("http://x.test/held")))  # as if the turn had not ended
-    outs.close()
-    assert list(saved(tmp_path / "save")) == ["http://x.test/held"]
 
 
 # --- storage refusing writes ---
@@ -234,7 +189,6 @@ async def test_unwritable_save_dir_pauses_then_resumes_without_losing_pages(tmp_
     with caplog.at_level(logging.INFO, logger="larbinpy.outputs"):
         for i in range(5):
             outs.write(page(f"http://x.test/{i}", body=f"page {i}".encode()))
-        await asyncio.sleep(0)  # written (and refused) at the end of the loop's turn
         status = outs.status()
         assert status["paused"] and status["backlog"] == 10 and not outs.ready
         assert "Not a directory" in status["paused_reason"]

@@ -6,13 +6,6 @@ Each output is one module of this package named like its `output` value (`save.p
 out to every configured one, applies `specificSearch` / `contentTypes` (larbin's
 SPECIFICSEARCH: output only these) and calls the `userOutput` hook (`hook.py`).
 
-Pages are written at the end of the event loop's turn that fetched them, all of that turn's
-pages together (at most `BATCH_PAGES` / `BATCH_BYTES` held), and at every checkpoint and at
-close. Why: creating a file costs the kernel 7 µs when files are created back to back, but
-17 µs between two pages of crawling (the crawl and the file system evict each other's caches);
-a busy crawl finishes 40-55 pages a turn, so their files are created back to back (`larbinpy
-bench`: 0.213-0.235 -> 0.191-0.199 ms CPU a page with `output save`).
-
 Failures never stop the crawl. A write refused by the storage (disk full, saveDir not
 writable) keeps the page in a backlog, pauses the crawl (`ready` turns false, `wait_ready()`
 blocks fetching) and retries every `retry_interval` seconds until it succeeds; any other
@@ -42,8 +35,6 @@ __all__ = ["Output", "Outputs", "PageView", "load_hook", "make_output", "page_fr
 log = logging.getLogger("larbinpy.outputs")
 
 RETRY_INTERVAL = 5.0  # seconds between two attempts to write a backlog while paused
-BATCH_PAGES = 256  # pages held for the end of the loop's turn, at most ...
-BATCH_BYTES = 16 << 20  # ... and bodies held, in bytes: beyond either, written at once
 
 
 class Output(Protocol):
@@ -119,10 +110,6 @@ class Outputs:
         self._ready = asyncio.Event()
         self._ready.set()
         self._retry_handle: asyncio.TimerHandle | None = None
-        # (method, page) handed over during this loop turn, written at its end (see above)
-        self.batch: list[tuple[str, Page]] = []
-        self._batch_bytes = 0
-        self._batch_due = False  # a write_batch() call is scheduled
 
     # --- what goes where ---
 
@@ -133,63 +120,32 @@ class Outputs:
         return page.content_type in self.types or url_extension(page.url) in self.extensions
 
     def write(self, page: Page) -> None:
-        """Hand a page to every output that wants it, and to the hook, at the end of this loop
-        turn; never raises."""
-        if self.wanted(page):
-            self._hold("write", page)
-
-    def record_robots(self, page: Page) -> None:
-        """A robots.txt exchange: to the archival outputs only, whatever the filters say."""
-        self._hold("record_robots", page)
-
-    def record_duplicate(self, page: Page) -> None:
-        """A page noDup found with a body already seen: archival outputs record a revisit."""
-        if self.wanted(page):
-            self._hold("record_duplicate", page)
-
-    # --- one loop turn's pages, written together ---
-
-    def _hold(self, method: str, page: Page) -> None:
-        """Keep `method(page)` for the end of this loop turn (at once without a loop, or when
-        the batch is full). Robots records wait in the same batch, so archives keep order."""
-        self.batch.append((method, page))
-        self._batch_bytes += len(page.body)
-        if len(self.batch) >= BATCH_PAGES or self._batch_bytes >= BATCH_BYTES:
-            self.write_batch()
-        elif not self._batch_due:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self.write_batch()  # direct use, no loop: nothing to wait for
-                return
-            loop.call_soon(self.write_batch)
-            self._batch_due = True
-
-    def write_batch(self) -> None:
-        """Write the pages held so far, in the order they came; never raises."""
-        self._batch_due = False
-        batch, self.batch, self._batch_bytes = self.batch, [], 0
-        for method, page in batch:
-            if method == "write":
-                self._write_now(page)
-            else:
-                self._to_archives(method, page)
-        self._update()
-
-    def _write_now(self, page: Page) -> None:
-        """One page to every output that wants it, and to the hook."""
+        """Hand a page to every output that wants it, and to the hook; never raises."""
+        if not self.wanted(page):
+            return
         ok = 200 <= page.status < 300
         for i, out in enumerate(self.outputs):
             if ok or getattr(out, "archival", False):
                 self._deliver(i, "write", page)
         if ok and self.hook is not None:
             self.hook.call(page)
+        self._update()
+
+    def record_robots(self, page: Page) -> None:
+        """A robots.txt exchange: to the archival outputs only, whatever the filters say."""
+        self._to_archives("record_robots", page)
+
+    def record_duplicate(self, page: Page) -> None:
+        """A page noDup found with a body already seen: archival outputs record a revisit."""
+        if self.wanted(page):
+            self._to_archives("record_duplicate", page)
 
     def _to_archives(self, method: str, page: Page) -> None:
         """Call `method` on the outputs that have it."""
         for i, out in enumerate(self.outputs):
             if hasattr(out, method):
                 self._deliver(i, method, page)
+        self._update()
 
     def _deliver(self, i: int, method: str, page: Page) -> None:
         """One page to one output, behind its backlog (order is kept)."""
@@ -278,11 +234,6 @@ class Outputs:
         """Pages waiting for a storage to accept them."""
         return sum(len(b) for b in self.backlogs)
 
-    @property
-    def held(self) -> int:
-        """Pages held for the end of this loop turn (not offered to a storage yet)."""
-        return len(self.batch)
-
     def status(self) -> dict[str, Any]:
         """Figures for the status page and status.json."""
         hook = self.hook
@@ -303,9 +254,7 @@ class Outputs:
     # --- checkpoints and the end ---
 
     def flush(self) -> None:
-        """Write the pages held, flush every output; a storage error pauses, like a failed
-        write."""
-        self.write_batch()
+        """Flush every output; a storage error pauses, like a failed write."""
         if self.paused_reason is not None:
             self.retry()
         for i, out in enumerate(self.outputs):
@@ -320,7 +269,6 @@ class Outputs:
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Before close: let running async hook calls finish, try the backlogs once more."""
-        self.write_batch()
         if self.hook is not None:
             await self.hook.drain(timeout)
         if self.backlog():
@@ -328,7 +276,6 @@ class Outputs:
 
     def close(self) -> None:
         """Close every output; pages still refused by their storage are reported as lost."""
-        self.write_batch()
         if self.backlog():
             self.retry()
         for i, backlog in enumerate(self.backlogs):
