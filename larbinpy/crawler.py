@@ -221,7 +221,9 @@ class Crawler:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self.parser.flush()  # the last turn's pages: their links before the last checkpoint
+        # the last turn's pages: their links reach admission before the cluster leaves, and
+        # the pages the hook before the outputs drain
+        self.parser.flush()
         if self.cluster is not None:
             await self.cluster.stop()  # flush to Redis, then leave (handing over if not done)
         await self.outputs.drain()

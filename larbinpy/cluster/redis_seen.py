@@ -102,15 +102,13 @@ class Admission:
         self.buffer: list[tuple[Job, bool]] = []
         self.busy = False  # a batch is in a round trip
         self.wake = asyncio.Event()
-        # jobs ever handed over, and ever through a round trip (FIFO: a prefix of them)
-        self.handed = self.admitted = 0
+        self.admitted = 0  # jobs ever through a round trip (the buffer holds the rest, in order)
         self.progress = asyncio.Event()  # set after each round trip
         self.sent = 0  # new URLs routed to other nodes
 
     def admit(self, jobs: list[Job], force: bool = False) -> None:
         """Input's hook: candidate jobs (not in the local cache) wait for the next round trip."""
         self.buffer.extend((job, force) for job in jobs)
-        self.handed += len(jobs)
         self.wake.set()
 
     def idle(self) -> bool:
@@ -148,7 +146,7 @@ class Admission:
         """Wait until every job handed over so far has been through its round trip (True);
         False as soon as the loops are stopping with some not through (the clean stop drains
         them, then asks again)."""
-        mark = self.handed
+        mark = self.admitted + len(self.buffer)
         while self.admitted < mark:
             if self.link.stopping.is_set():
                 return False
