@@ -34,9 +34,12 @@ def ssl_context(cfg: Config) -> ssl.SSLContext | bool:
     """Certificate checking as configured (`tlsVerify`, `caFile`)."""
     if not cfg.tls_verify:
         return False
+    if not cfg.ca_file:
+        # aiohttp's own verifying context, built when it was imported: making one here would
+        # read the system's certificates from disk on the event loop (~10 ms of blocking I/O)
+        return True
     ctx = ssl.create_default_context()
-    if cfg.ca_file:
-        ctx.load_verify_locations(cfg.ca_file)
+    ctx.load_verify_locations(cfg.ca_file)
     return ctx
 
 

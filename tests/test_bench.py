@@ -56,3 +56,18 @@ def test_steady_rate_counts_pages_after_each_sites_first() -> None:
     # a site fetched once has no rate
     starts = {"a": [0.0, 1.0, 2.0, 3.0, 4.0], "b": [10.0, 10.5, 11.0], "c": [3.0]}
     assert steady_pages_per_s(starts) == 3.0
+
+
+def test_bench_serves_pages_of_the_size_and_links_asked_for() -> None:
+    """--links 1: a page links only to the next one (a host's last page to a random one), so
+    at most one link per host is a duplicate; the report says which web it measured."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "larbinpy", "bench", "--hosts", "2", "--pages", "6",
+         "--links", "1", "--page-bytes", "3000", "--no-floor", "--output", "none", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["crawl"]["pages"] == 12
+    assert result["outcomes"].get("urlDup", 0) <= 2  # 40 links a page: ~30 duplicates each
+    assert (result["page_bytes"], result["links"]) == (3000, 1)
