@@ -41,8 +41,12 @@ def extract_links(
     """Absolute canonical http(s) links of an HTML page, de-duplicated (in document order per
     kind of element: <a> first, then areas, frames, images), and how many distinct hrefs were
     dropped, unresolved, once max_links were found."""
+    # Pure ASCII reads the same in every encoding a page may declare (WHATWG reads a declared
+    # UTF-16 as UTF-8), so the parser need not look for a declaration -- unless it has ESC:
+    # ISO-2022-JP switches into two-byte text with it, and those bytes may spell "<a".
+    detect = not body.isascii() or b"\x1b" in body
     try:
-        tree = LexborHTMLParser(body, encoding=True, options=_NO_EVENTS)
+        tree = LexborHTMLParser(body, encoding=detect, options=_NO_EVENTS)
     except (UnicodeError, LookupError):
         # a <meta charset> naming a codec the bytes are not in (e.g. "utf-16" on ASCII)
         tree = LexborHTMLParser(body.decode("utf-8", "replace"), options=_NO_EVENTS)

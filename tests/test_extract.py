@@ -166,3 +166,18 @@ def test_utf8_page_without_declaration(norm: Normalizer) -> None:
 def test_invalid_utf8_bytes_become_replacement_characters(norm: Normalizer) -> None:
     body = b'<a href="/a\xffb">x</a>'
     assert links_of(body, norm) == ["http://example.com/a%EF%BF%BDb"]
+
+
+def test_iso_2022_jp_text_that_spells_a_tag_does_not_hide_a_link(norm: Normalizer) -> None:
+    """An ISO-2022-JP page is all ASCII bytes; its kanji 釈 is ESC $ B "<a" ESC ( B. Read as
+    ASCII, that opens a bogus tag that swallows the real link after it."""
+    body = ('<html><head><meta charset="iso-2022-jp"></head><body>釈'
+            '<a href="/after">x</a></body></html>').encode("iso2022_jp")
+    assert body.isascii() and b"<a\x1b" in body
+    assert links_of(body, norm) == ["http://example.com/after"]
+
+
+def test_an_ascii_page_declaring_utf16_is_read_as_utf8(norm: Normalizer) -> None:
+    """WHATWG: a <meta> declaring UTF-16 on bytes that are not UTF-16 means UTF-8."""
+    body = b'<meta charset="utf-16"><a href="/x">x</a>'
+    assert links_of(body, norm) == ["http://example.com/x"]
