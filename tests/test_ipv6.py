@@ -116,3 +116,15 @@ async def test_the_dns_stage_gives_one_clock_to_a_slash_64():
         records[host] = site
     assert records["a.test"].ip is records["b.test"].ip
     assert records["a.test"].ip is not records["c.test"].ip
+
+
+def test_ip_literals_are_told_from_host_names() -> None:
+    """A literal needs no DNS query; a name, even one with digits, does."""
+    from larbinpy.stages.dns import ip_literal
+
+    assert ip_literal("127.0.0.2") == "127.0.0.2"
+    assert ip_literal("[::1]") == "::1"
+    assert ip_literal("[::ffff:1.2.3.4]") == "::ffff:102:304"
+    for name in ("example.com", "h12.bench.test", "1.2.3.4.example", "1e100", "ab", "", "[]",
+                 "1.2.3.256"):
+        assert ip_literal(name) is None, name

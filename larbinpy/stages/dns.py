@@ -50,6 +50,8 @@ _ADDR_TYPES = {"A": 1, "AAAA": 28}
 def ip_literal(host: str) -> str | None:
     """The address if `host` is an IP literal (IPv6 may be bracketed), else None."""
     h = host[1:-1] if host.startswith("[") else host
+    if not h[-1:].isdigit() and ":" not in h:
+        return None  # a name (the common case): what ip_address would say, without its raises
     try:
         return str(ipaddress.ip_address(h))
     except ValueError:
