@@ -205,8 +205,10 @@ def run_crawl(config_text: str, workdir: Path,
         return await crawlers[0].run()
 
     # The process's one-off start-up is not the crawl's: like the imports above (and the
-    # floor's), tuning the allocator and the collector (a full collection of everything
-    # imported, ~25 ms) happens before the measure. `larbinpy -c` does both at start too.
+    # floor's), importing the event loop (which run_loop does lazily), tuning the allocator
+    # and the collector (a full collection of everything imported, ~25 ms) happen before the
+    # measure. `larbinpy -c` does all of it at start too.
+    loop_name()
     tune_allocator()
     tune_gc()
     code, wall, cpu, sys_cpu = measured(crawl)
