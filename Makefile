@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 CONF   ?= larbin.conf
 
-.PHONY: run test test-slow bench bench-hosts bench-polite bench-all lint clean
+.PHONY: run test test-slow bench bench-small bench-hosts bench-polite bench-all lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ test-slow: $(VENV)/.installed-test
 bench: $(VENV)/.installed
 	$(VENV)/bin/larbinpy bench
 
+## bench-small: issue 9's web, 50 hosts x 80 pages of 10 kB with 20 links each
+bench-small: $(VENV)/.installed
+	$(VENV)/bin/larbinpy bench --hosts 50 --pages 80 --page-bytes 10000 --links 20
+
 ## bench-hosts: 10,000 hosts x 5 pages (one DNS query and one robots.txt fetch per host)
 bench-hosts: $(VENV)/.installed
 	$(VENV)/bin/larbinpy bench --hosts 10000 --pages 5
@@ -41,8 +45,8 @@ bench-hosts: $(VENV)/.installed
 bench-polite: $(VENV)/.installed
 	$(VENV)/bin/larbinpy bench --hosts 500 --pages 10 --per-host 1 --wait 1 --no-floor
 
-## bench-all: the default, --output none, bench-hosts and bench-polite, one after the other
-bench-all: bench bench-hosts bench-polite
+## bench-all: the default, --output none, bench-small, bench-hosts and bench-polite, one after the other
+bench-all: bench bench-small bench-hosts bench-polite
 	$(VENV)/bin/larbinpy bench --output none
 
 lint: $(VENV)/.installed-test
