@@ -58,6 +58,7 @@ class Run:
     cpu_seconds: float  # user + sys CPU of this process
     sys_seconds: float  # the sys part of it (system calls: sockets, files)
     peak_rss_mb: float | None = None  # ru_maxrss at the end (None: not meaningful for this run)
+    body_bytes: int | None = None  # bytes of the pages' bodies as received (crawl only)
 
     @property
     def pages_per_s(self) -> float:
@@ -207,7 +208,8 @@ def run_crawl(config_text: str, workdir: Path,
     # The process's one-off start-up is not the crawl's: like the imports above (and the
     # floor's), importing the event loop (which run_loop does lazily), tuning the allocator
     # and the collector (a full collection of everything imported, ~25 ms) happen before the
-    # measure. `larbinpy -c` does all of it at start too.
+    # measure. `larbinpy -c` tunes the collector once its crawler is built, so there the
+    # crawler's own objects are frozen too; here they are not, which can only cost the crawl.
     loop_name()
     tune_allocator()
     tune_gc()
@@ -216,7 +218,8 @@ def run_crawl(config_text: str, workdir: Path,
     if code != 0:
         raise RuntimeError(f"crawl exited with code {code}")
     outcomes = {k: v for k, v in crawler.stats.outcomes.items() if v}
-    return Run(outcomes.get("success", 0), wall, cpu, sys_cpu, peak_rss_mb()), outcomes
+    return (Run(outcomes.get("success", 0), wall, cpu, sys_cpu, peak_rss_mb(),
+                crawler.stats.bytes), outcomes)
 
 
 def _record_starts(crawler: Any, starts: dict[str, list[float]]) -> None:

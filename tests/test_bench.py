@@ -70,4 +70,5 @@ def test_bench_serves_pages_of_the_size_and_links_asked_for() -> None:
     result = json.loads(proc.stdout)
     assert result["crawl"]["pages"] == 12
     assert result["outcomes"].get("urlDup", 0) <= 2  # 40 links a page: ~30 duplicates each
+    assert 2000 < result["crawl"]["body_bytes"] / 12 < 4500  # ~3,000 bytes a page, not 15,000
     assert (result["page_bytes"], result["links"]) == (3000, 1)

@@ -177,6 +177,14 @@ def test_iso_2022_jp_text_that_spells_a_tag_does_not_hide_a_link(norm: Normalize
     assert links_of(body, norm) == ["http://example.com/after"]
 
 
+def test_hz_text_that_spells_a_tag_does_not_hide_a_link(norm: Normalizer) -> None:
+    """HZ-GB-2312 is 7-bit too and shifts into two-byte text with "~{": its 坚 is ~{<a~}."""
+    body = ('<html><head><meta charset="hz-gb-2312"></head><body>坚'
+            '<a href="/after">x</a></body></html>').encode("hz")
+    assert body.isascii() and b"~{<a~}" in body and b"\x1b" not in body
+    assert links_of(body, norm) == ["http://example.com/after"]
+
+
 def test_an_ascii_page_declaring_utf16_is_read_as_utf8(norm: Normalizer) -> None:
     """WHATWG: a <meta> declaring UTF-16 on bytes that are not UTF-16 means UTF-8."""
     body = b'<meta charset="utf-16"><a href="/x">x</a>'

@@ -638,6 +638,10 @@ def test_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for i in range(1000):  # one directory per page, only uncacheable hrefs
         assert norm.resolve(f"http://e.com/d{i}/", "?q") == f"http://e.com/d{i}/?q"
     assert len(norm._cache) <= 100
+    for i in range(1000):  # absolute links: their own cache, bounded the same way
+        assert norm.resolve("http://e.com/", f"http://f.com/{i}") == f"http://f.com/{i}"
+    assert len(norm._absolute) <= 100
+    assert len(norm._same) <= 200  # each URL's one object: no more than both caches hold
 
 
 def test_links_resolved_after_the_cache_fills_mid_page_stay_cached(
