@@ -10,15 +10,17 @@ import tempfile
 from larbinpy.bench import default_dir
 
 
+def bench_json(*args: str) -> dict:
+    """`larbinpy bench ARGS --json` in a child process: its result (it must exit 0)."""
+    proc = subprocess.run([sys.executable, "-m", "larbinpy", "bench", *args, "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 def test_bench_small_json() -> None:
     """3 hosts x 20 pages: exit 0, the crawl fetched all 60 pages, every run has a throughput."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "larbinpy", "bench", "--hosts", "3", "--pages", "20", "--json",
-         "--http1-floor"],
-        capture_output=True, text=True, timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    result = bench_json("--hosts", "3", "--pages", "20", "--http1-floor")
     assert result["crawl"]["pages"] == 60
     assert result["crawl"]["pages_per_s"] > 0
     assert result["floor"]["pages_per_s"] > 0
@@ -36,13 +38,8 @@ def test_bench_writes_in_memory_only_where_there_is_room(tmp_path) -> None:
 def test_bench_politeness_mode_never_beats_the_politeness_clock() -> None:
     """--wait: the report has the whole-run and steady-state rates, and no site is fetched
     faster than one page per waitDuration (steady state at most the ideal)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "larbinpy", "bench", "--hosts", "4", "--pages", "4",
-         "--per-host", "1", "--wait", "0.3", "--no-floor", "--output", "none", "--json"],
-        capture_output=True, text=True, timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    result = bench_json("--hosts", "4", "--pages", "4", "--per-host", "1", "--wait", "0.3",
+                        "--no-floor", "--output", "none")
     assert result["crawl"]["pages"] == 16
     polite = result["politeness"]
     assert polite["ideal_pages_per_s"] == 4 / 0.3
@@ -61,13 +58,8 @@ def test_steady_rate_counts_pages_after_each_sites_first() -> None:
 def test_bench_serves_pages_of_the_size_and_links_asked_for() -> None:
     """--links 1: a page links only to the next one (a host's last page to a random one), so
     at most one link per host is a duplicate; the report says which web it measured."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "larbinpy", "bench", "--hosts", "2", "--pages", "6",
-         "--links", "1", "--page-bytes", "3000", "--no-floor", "--output", "none", "--json"],
-        capture_output=True, text=True, timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    result = bench_json("--hosts", "2", "--pages", "6", "--links", "1", "--page-bytes", "3000",
+                        "--no-floor", "--output", "none")
     assert result["crawl"]["pages"] == 12
     assert result["outcomes"].get("urlDup", 0) <= 2  # 40 links a page: ~30 duplicates each
     assert 2000 < result["crawl"]["body_bytes"] / 12 < 4500  # ~3,000 bytes a page, not 15,000
