@@ -37,8 +37,8 @@ def queued(crawler: Crawler) -> list[str]:
 async def test_a_turns_pages_are_parsed_at_its_end_and_the_crawl_is_not_done_before(tmp_path):
     crawler = Crawler(parse_config(config(tmp_path)), scratch=True)
     try:
-        crawler.parser.take(page("http://a.test/", "/one.html"), "text/html")
-        crawler.parser.take(page("http://a.test/two.html", "http://b.test/"), "text/html")
+        crawler.parser.take(page("http://a.test/", "/one.html"))
+        crawler.parser.take(page("http://a.test/two.html", "http://b.test/"))
         assert crawler.parser.pending == 2 and len(crawler.frontier) == 0
         assert not crawler.idle()  # read, links not queued yet: not done
         await asyncio.sleep(0)
@@ -52,7 +52,7 @@ async def test_a_turns_pages_are_parsed_at_its_end_and_the_crawl_is_not_done_bef
 
 async def test_a_checkpoint_keeps_the_links_of_pages_not_parsed_yet(tmp_path):
     first = Crawler(parse_config(config(tmp_path)))
-    first.parser.take(page("http://a.test/", "/next.html"), "text/html")
+    first.parser.take(page("http://a.test/", "/next.html"))
     first.checkpoint()  # same turn: the page was read, not parsed
     first._close()  # then the process dies
     again = Crawler(parse_config(config(tmp_path)))
@@ -76,8 +76,8 @@ async def test_a_page_whose_links_cannot_be_extracted_is_logged_and_the_turn_goe
     crawler = Crawler(parse_config(config(tmp_path)), scratch=True)
     try:
         with caplog.at_level(logging.ERROR, logger="larbinpy.parser"):
-            crawler.parser.take(page("http://a.test/bad.html", "/lost.html"), "text/html")
-            crawler.parser.take(page("http://a.test/good.html", "/kept.html"), "text/html")
+            crawler.parser.take(page("http://a.test/bad.html", "/lost.html"))
+            crawler.parser.take(page("http://a.test/good.html", "/kept.html"))
             await asyncio.sleep(0)
         assert "could not extract the links of http://a.test/bad.html" in caplog.text
         assert queued(crawler) == ["http://a.test/kept.html"]
@@ -90,7 +90,7 @@ async def test_pages_held_for_the_end_of_the_turn_are_bounded(tmp_path, monkeypa
     crawler = Crawler(parse_config(config(tmp_path)), scratch=True)
     try:
         for i in range(4):
-            crawler.parser.take(page(f"http://a.test/{i}.html", f"/from{i}.html"), "text/html")
+            crawler.parser.take(page(f"http://a.test/{i}.html", f"/from{i}.html"))
         assert crawler.parser.pending == 1  # the third filled the batch: parsed at once
         assert len(crawler.frontier) == 3
     finally:
@@ -111,8 +111,7 @@ async def test_a_page_whose_links_cannot_be_queued_does_not_hold_back_the_turn(
     try:
         with caplog.at_level(logging.ERROR, logger="larbinpy.parser"):
             for name in ("first", "second", "third"):
-                crawler.parser.take(page(f"http://a.test/{name}.html", f"/{name}-next.html"),
-                                    "text/html")
+                crawler.parser.take(page(f"http://a.test/{name}.html", f"/{name}-next.html"))
             await asyncio.sleep(0)
         assert "could not pass on http://a.test/first.html" in caplog.text
         assert queued(crawler) == ["http://a.test/second-next.html",

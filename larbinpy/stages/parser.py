@@ -53,8 +53,8 @@ class Parser:
         self.follow_images = cfg.follow_images
         self.max_links = cfg.max_links_per_page
         self.on_parsed = on_parsed  # the crawl re-checks whether it is done
-        # (what to do, page, its Content-Type header): _PARSE, or an Outputs method's name
-        self.batch: list[tuple[str, Page, str]] = []
+        # (what to do, page): _PARSE, or the name of an Outputs method
+        self.batch: list[tuple[str, Page]] = []
         self._due = False  # a flush() is scheduled for the end of this turn
 
     @property
@@ -62,20 +62,20 @@ class Parser:
         """Pages taken and not passed on yet."""
         return len(self.batch)
 
-    def take(self, page: Page, content_type: str) -> None:
+    def take(self, page: Page) -> None:
         """A 2xx page the reader read: parsed at the end of this turn (at once without a loop
         or when the batch is full)."""
-        self._hold(_PARSE, page, content_type)
+        self._hold(_PARSE, page)
 
     def pass_on(self, method: str, page: Page) -> None:
         """An exchange only for the outputs (`write` for an archived error page,
         `record_duplicate`, `record_robots`): kept in line with the turn's pages, so that an
         archive sees a revisit after the page it repeats and exchanges in the order read."""
-        self._hold(method, page, "")
+        self._hold(method, page)
 
-    def _hold(self, method: str, page: Page, content_type: str) -> None:
+    def _hold(self, method: str, page: Page) -> None:
         """Keep it for the end of this turn."""
-        self.batch.append((method, page, content_type))
+        self.batch.append((method, page))
         if self._due:
             if len(self.batch) >= MAX_PAGES:
                 self.flush()
@@ -95,21 +95,22 @@ class Parser:
         if not self.batch:
             return
         batch, self.batch = self.batch, []
-        for method, page, content_type in batch:
+        for method, page in batch:
             if method == _PARSE:
-                _guarded(self._parse, page, content_type)
+                _guarded(self._parse, page)
         # The outputs after all the parsing, not page by page: the turn's files are created
         # back to back (7 µs a file on tmpfs) instead of between pages of crawling (17 µs).
-        for method, page, _ in batch:
+        for method, page in batch:
             _guarded(getattr(self.outputs, "write" if method == _PARSE else method), page)
         self.on_parsed()
 
-    def _parse(self, page: Page, content_type: str) -> None:
+    def _parse(self, page: Page) -> None:
         """One page: its links, queued."""
         job = page.job
         if page.content_type in HTML_TYPES:
             try:
-                text = html_for_links(page.body, content_type)
+                # the header, not page.content_type: its charset parameter counts
+                text = html_for_links(page.body, page.headers.get("Content-Type", ""))
                 page.links, dropped = extract_links(
                     text, job.url, self.normalizer,
                     follow_images=self.follow_images, max_links=self.max_links,
@@ -120,9 +121,9 @@ class Parser:
         self.input.add_links(job, job.url, page.links)  # may raise (stateDir full)
 
 
-def _guarded(step: Callable[..., None], page: Page, *args: str) -> None:
+def _guarded(step: Callable[[Page], None], page: Page) -> None:
     """One step for one page; a failure (e.g. stateDir full) is logged, the turn goes on."""
     try:
-        step(page, *args)
+        step(page)
     except Exception:
         log.exception("could not pass on %s", page.job.url)

@@ -159,7 +159,7 @@ class Reader:
         if self.contents is not None and self._seen_body(page.body):
             self.parser.pass_on("record_duplicate", page)  # archives record a revisit
             return "duplicate"
-        self.parser.take(page, resp.headers.get("Content-Type", ""))  # links, outputs, input
+        self.parser.take(page)  # links, outputs, input
         return "success"
 
     def _back_off(self, site: Site, job: Job, resp: Answer) -> str | None:
