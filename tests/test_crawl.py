@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import Counter
 from pathlib import Path
 
+import pycares
 from conftest import html
 
 from larbinpy.localweb import Page, Site, redirect
@@ -202,6 +204,36 @@ async def test_one_dns_query_per_host(make_web):
     assert per_host == Counter({"a.test": 1, "b.test": 1, "c.test": 1, "nowhere.test": 1}) or (
         all(tw.dns.queries[(h, "A")] == 1 for h in ("a.test", "b.test", "c.test"))
     )
+
+
+def os_threads() -> set[tuple[str, str]]:
+    """This process's threads as the kernel lists them: (id, name)."""
+    tasks = Path("/proc/self/task")
+    return {(t.name, (t / "comm").read_text().strip()) for t in tasks.iterdir()}
+
+
+async def test_dns_is_resolved_on_the_event_loop_without_a_thread(make_web):
+    """c-ares's sockets are watched by the crawl's own loop (larbin's single thread): the
+    crawl starts no thread, not even the event thread aiodns 4 would give c-ares."""
+    # pycares keeps one idle helper thread per process, started with its first channel, that
+    # only destroys closed channels: started here, it is part of "before".
+    pycares.Channel(sock_state_cb=lambda fd, readable, writable: None).close()
+    tw = await make_web(hosts_web())
+    await link_hosts(tw)
+    before, during = os_threads(), set()
+
+    async def watch() -> None:
+        while True:
+            during.update(os_threads())
+            await asyncio.sleep(0.002)
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await tw.crawl(f"startUrl {tw.url('a.test')}\ndepthInSite 10")
+    finally:
+        watcher.cancel()
+    assert sum(tw.dns.queries.values()) >= 4  # a, b, c and nowhere.test were asked for
+    assert during - before == set()
 
 
 async def test_private_addresses_are_refused_unless_allowed(make_web):
