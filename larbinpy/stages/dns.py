@@ -3,9 +3,9 @@
 aiodns queries on the crawl's own event loop (no c-ares thread: `LoopResolver`), at most
 `dnsConnexions` in flight (a fixed pool of workers over a queue), one query per host however
 many sites or fetches wait for it (the future is registered before the first await, as in
-aiohttp's connector), a per-host cache that honours the TTL
-within a floor and a ceiling, and a negative cache for failures. The same cache answers the
-HTTP client (`CrawlerResolver`), so a fetch never makes a DNS query of its own.
+aiohttp's connector), a per-host cache that honours the TTL within a floor and a ceiling, and
+a negative cache for failures. The same cache answers the HTTP client (`CrawlerResolver`), so
+a fetch never makes a DNS query of its own.
 
 A failure (NXDOMAIN, no address, or a server that never answers) is cached for NEGATIVE_TTL:
 the site's queued URLs are dropped as noDNS, and URLs arriving meanwhile are dropped without a
