@@ -159,6 +159,7 @@ class Crawler:
                 self.reader.http1.close()
             if self.cluster is not None:
                 await self.cluster.close()  # no-op after a clean stop; else like a kill -9
+            await self.dns.close()
             self._close()
         self.progress.summary()
         return 0
@@ -295,7 +296,6 @@ class Crawler:
 
     def _close(self) -> None:
         """Release files."""
-        self.dns.close()
         self.outputs.close()
         self.seen.close()
         if self.contents is not None:

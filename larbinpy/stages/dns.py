@@ -199,10 +199,11 @@ class Dns:
                 return [r.data.addr for r in records], min(max(ttl, TTL_FLOOR), TTL_CEILING)
         return [], NEGATIVE_TTL
 
-    def close(self) -> None:
-        """Release the c-ares channel."""
+    async def close(self) -> None:
+        """Cancel the queries in flight, take c-ares's sockets off the loop, free the channel
+        (the loop watches them since `LoopResolver`, so closing is the loop's to do)."""
         if self._resolver is not None:
-            self._resolver.cancel()
+            await self._resolver.close()
 
 
 def politeness_key(ip: str) -> str:
