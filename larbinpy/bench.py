@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -363,9 +364,26 @@ def report_text(result: dict[str, Any]) -> str:
         q = result["ratios"]
         lines.append(f"  crawl/floor: pages/s x{q['pages_per_s']:.2f}, "
                      f"CPU per page x{q['cpu_per_page']:.2f}")
+    if result.get("runs"):
+        lines.append(spread_text(result["runs"]))
     lines.append(f"  crawl outcomes: {result['outcomes']}")
     lines += [f"WARNING: {w}" for w in result["warnings"]]
     return "\n".join(lines)
+
+
+def spread_text(runs: list[dict[str, Any]]) -> str:
+    """The range of every pair's figures (`--repeat`), under the median pair's."""
+    def span(values: list[float], fmt: str) -> str:
+        return f"{min(values):{fmt}}-{max(values):{fmt}}"
+
+    text = (f"  over {len(runs)} runs (the median one above): crawl "
+            f"{span([r['crawl']['cpu_ms_per_page'] for r in runs], '.3f')} ms/page")
+    if all(r["ratios"] for r in runs):
+        text += (f", floor {span([r['floor']['cpu_ms_per_page'] for r in runs], '.3f')} "
+                 f"ms/page, crawl/floor pages/s "
+                 f"x{span([r['ratios']['pages_per_s'] for r in runs], '.2f')}, CPU per page "
+                 f"x{span([r['ratios']['cpu_per_page'] for r in runs], '.2f')}")
+    return text
 
 
 def loop_name() -> str:
@@ -416,8 +434,9 @@ def parser() -> argparse.ArgumentParser:
                    help="instead: one larbinpy process (embedded), then clusters of N processes "
                         "sharing a local redis-server (larbinpy/cluster/bench.py)")
     p.add_argument("--repeat", type=int, default=1, metavar="R",
-                   help="with --nodes: run every configuration R times, interleaved; "
-                        "report the medians [1]")
+                   help="crawl and floor R times, alternating, against one server; report "
+                        "the pair with the median CPU ratio and every pair's range (with "
+                        "--nodes: every configuration R times, interleaved; the medians) [1]")
     return p
 
 
@@ -445,13 +464,39 @@ def bench_hashset(n: int, bits: int = 1 << 28, probes: int = 1_000_000) -> dict[
 
 
 def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """Serve, crawl, then fetch the floor; return the result object."""
+    """Serve, then crawl and fetch the floor `args.repeat` times, alternating; return the
+    result object of the median pair, with every pair's figures under "runs"."""
+    repeat = max(1, args.repeat)
+    pairs: list[dict[str, Any]] = []
     with SynthServer(args.hosts, args.pages, workdir, page_bytes=args.page_bytes,
                      links=args.links) as server:
-        starts: dict[str, list[float]] | None = {} if args.wait > 0 else None
-        crawl, outcomes = run_crawl(crawl_config(args, server, workdir), workdir, starts)
-        floor = run_floor(args, server) if args.floor else None
-        http1 = run_http1_floor(args, server) if args.http1_floor else None
+        for r in range(repeat):
+            where = workdir if repeat == 1 else workdir / f"run{r}"
+            where.mkdir(exist_ok=True)
+            pairs.append(bench_pair(args, server, where))
+            if where != workdir:
+                shutil.rmtree(where)  # the run's files, outside any measure: /dev/shm is RAM
+    # A pair's runs are adjacent in time, so their ratio cancels the machine's drift; the
+    # median pair is the figure, the others show the spread.
+    middle = sorted(pairs, key=_pair_order)[(repeat - 1) // 2]
+    result = {**middle, "repeat": repeat,
+              "warnings": list(dict.fromkeys(w for p in pairs for w in p["warnings"]))}
+    if repeat > 1:
+        result["runs"] = [{k: p[k] for k in ("crawl", "floor", "ratios")} for p in pairs]
+    return result
+
+
+def _pair_order(pair: dict[str, Any]) -> float:
+    """What ranks pairs for the median: the CPU ratio, or the crawl's CPU without a floor."""
+    return pair["ratios"].get("cpu_per_page", pair["crawl"]["cpu_ms_per_page"])
+
+
+def bench_pair(args: argparse.Namespace, server: SynthServer, workdir: Path) -> dict[str, Any]:
+    """One crawl, then the floor(s), against the running server: the result object."""
+    starts: dict[str, list[float]] | None = {} if args.wait > 0 else None
+    crawl, outcomes = run_crawl(crawl_config(args, server, workdir), workdir, starts)
+    floor = run_floor(args, server) if args.floor else None
+    http1 = run_http1_floor(args, server) if args.http1_floor else None
     expected = args.hosts * args.pages
     warnings = []
     if crawl.pages != expected:

@@ -29,6 +29,19 @@ def test_bench_small_json() -> None:
     assert result["dir"] == (default_dir() or tempfile.gettempdir())  # said in the report
 
 
+def test_bench_repeat_reports_the_median_pair_and_every_pair() -> None:
+    """--repeat 3: three crawl/floor pairs against one server, each fetching the whole web;
+    the figures shown are those of the pair with the median CPU ratio."""
+    result = bench_json("--hosts", "3", "--pages", "5", "--repeat", "3", "--output", "none")
+    assert result["repeat"] == 3
+    runs = result["runs"]
+    assert [r["crawl"]["pages"] for r in runs] == [15, 15, 15]
+    assert [r["floor"]["pages"] for r in runs] == [15, 15, 15]
+    ratios = sorted(r["ratios"]["cpu_per_page"] for r in runs)
+    assert result["ratios"]["cpu_per_page"] == ratios[1]
+    assert result["crawl"] in [r["crawl"] for r in runs]
+
+
 def test_bench_writes_in_memory_only_where_there_is_room(tmp_path) -> None:
     assert default_dir(str(tmp_path), room=0) == str(tmp_path)
     assert default_dir(str(tmp_path), room=1 << 60) is None  # not enough room: the temp dir
