@@ -479,7 +479,10 @@ def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     # A pair's runs are adjacent in time, so their ratio cancels the machine's drift; the
     # median pair is the figure, the others show the spread.
     middle = sorted(pairs, key=_pair_order)[(repeat - 1) // 2]
-    result = {**middle, "repeat": repeat,
+    # Peak RSS is the process's (ru_maxrss): only the first crawl's is that crawl's own, later
+    # ones would add what the earlier runs left in the heap.
+    crawl = {**middle["crawl"], "peak_rss_mb": pairs[0]["crawl"]["peak_rss_mb"]}
+    result = {**middle, "crawl": crawl, "repeat": repeat,
               "warnings": list(dict.fromkeys(w for p in pairs for w in p["warnings"]))}
     if repeat > 1:
         result["runs"] = [{k: p[k] for k in ("crawl", "floor", "ratios")} for p in pairs]
