@@ -474,7 +474,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             where = workdir if repeat == 1 else workdir / f"run{r}"
             where.mkdir(exist_ok=True)
             pairs.append(bench_pair(args, server, where))
-            if where != workdir:
+            if repeat > 1:
                 shutil.rmtree(where)  # the run's files, outside any measure: /dev/shm is RAM
     # A pair's runs are adjacent in time, so their ratio cancels the machine's drift; the
     # median pair is the figure, the others show the spread.
