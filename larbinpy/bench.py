@@ -477,7 +477,8 @@ def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             if repeat > 1:
                 shutil.rmtree(where)  # the run's files, outside any measure: /dev/shm is RAM
     # A pair's runs are adjacent in time, so their ratio cancels the machine's drift; the
-    # median pair is the figure, the others show the spread.
+    # median pair (the lower middle one for an even R) is the figure, the others show the
+    # spread.
     middle = sorted(pairs, key=_pair_order)[(repeat - 1) // 2]
     # Peak RSS is the process's (ru_maxrss): only the first crawl's is that crawl's own, later
     # ones would add what the earlier runs left in the heap.
@@ -485,7 +486,8 @@ def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     result = {**middle, "crawl": crawl, "repeat": repeat,
               "warnings": list(dict.fromkeys(w for p in pairs for w in p["warnings"]))}
     if repeat > 1:
-        result["runs"] = [{k: p[k] for k in ("crawl", "floor", "ratios")} for p in pairs]
+        result["runs"] = [{k: p[k] for k in ("crawl", "floor", "http1", "ratios")}
+                          for p in pairs]
     return result
 
 
