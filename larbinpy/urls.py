@@ -356,7 +356,14 @@ class Normalizer:
         """Split a base URL into the pieces resolution needs (memoised for the last base)."""
         if base is self._base_key or base == self._base_key:
             return self._base_info
-        canon = self.normalize(base) if isinstance(base, str) else None
+        if not isinstance(base, str):
+            canon = None
+        elif base in self._same:
+            # A URL this normalizer produced (a page's URL is usually a link it resolved):
+            # canonical already, and normalizing is idempotent, so that work is not redone.
+            canon = base
+        else:
+            canon = self.normalize(base)
         info = None if canon is None else _BaseInfo(canon)
         self._base_key, self._base_info = base, info
         return info

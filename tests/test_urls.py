@@ -618,6 +618,17 @@ def test_cache_returns_same_answer_as_uncached() -> None:
             assert warm.resolve(base, href) == cold, (base, href)
 
 
+def test_a_page_url_it_resolved_earlier_is_a_base_like_any_other() -> None:
+    """In a crawl a page's URL is usually a link the normalizer resolved before, and is then
+    used as the base as it is, not normalized again: its links resolve as a fresh one would."""
+    hrefs = _random_hrefs(11, 300) + [c["input"] for c in _CASES]
+    warm = Normalizer()
+    pages = [url for base in _BASES for url in warm.resolve_many(base, hrefs)][::7][:200]
+    assert sum(page in warm._same for page in pages) > 100  # results it keeps: the shortcut
+    for page in pages:
+        assert warm.resolve_many(page, hrefs[:40]) == Normalizer().resolve_many(page, hrefs[:40])
+
+
 def test_cache_does_not_share_base_dependent_answers_within_a_directory() -> None:
     norm = Normalizer()
     for href in ("?p=2", "", "http:", "http:?z", "  ?p=3", "\t#x"):
