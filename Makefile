@@ -18,7 +18,7 @@ $(VENV)/.installed-test: $(VENV)/.installed
 
 ## run: crawl the local demo web (served on loopback by the demo itself) with the shipped larbin.conf
 run: $(VENV)/.installed
-	$(PY) -m larbinpy.localweb.demo -- $(VENV)/bin/larbinpy -c $(CONF) --scratch
+	$(PY) -m larbinpy.demo.demoweb -- $(VENV)/bin/larbinpy -c $(CONF) --scratch
 
 ## test: the whole suite (< 5 minutes), plus ruff
 test: $(VENV)/.installed-test

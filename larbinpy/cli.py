@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .config import Config, ConfigError, describe, load_config
-from .runtime import run_loop, tune_gc
-from .state import StateError
+from larbinpy.config import Config, ConfigError, describe, load_config
+from larbinpy.frontier.state import StateError
+from larbinpy.runtime import run_loop, tune_gc
 
 log = logging.getLogger("larbinpy")
 
@@ -40,7 +40,7 @@ def check_runtime(cfg: Config) -> None:
     if cfg.ca_file and not Path(cfg.ca_file).is_file():
         raise cfg.error("cafile", f"caFile {cfg.ca_file} does not exist")
     if cfg.user_output:
-        from .outputs import load_hook
+        from larbinpy.outputs import load_hook
 
         try:
             load_hook(cfg.user_output)
@@ -53,7 +53,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     check_runtime(cfg)
     setup_logging(args.verbose - args.quiet, cfg.log_file)
-    from .crawler import Crawler
+    from larbinpy.crawler import Crawler
 
     async def main() -> int:
         crawler = Crawler(cfg, scratch=args.scratch, progress=True)
@@ -74,7 +74,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 def hash_set_report(bits: int, functions: int) -> str:
     """Expected false-positive rate of the URL hash set at a few crawl sizes."""
-    from .hashset import false_positive_rate
+    from larbinpy.frontier.seen import false_positive_rate
 
     kind = "larbin's bitmap" if functions == 1 else f"a Bloom filter, K={functions}"
     lines = [f"# hash set: {bits} bits ({bits / 8 / 2**20:g} MiB), {kind}"]
@@ -108,11 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.add_argument("-c", "--config", default="larbin.conf")
             return cmd_check_config(p.parse_args(argv[1:]))
         if argv and argv[0] == "submit":
-            from .submit import main as submit_main
+            from larbinpy.daemon.submit import main as submit_main
 
             return submit_main(argv[1:])
         if argv and argv[0] == "bench":
-            from .bench import main as bench_main
+            from larbinpy.bench.measure import main as bench_main
 
             return bench_main(argv[1:])
         return cmd_crawl(crawl_parser().parse_args(argv))

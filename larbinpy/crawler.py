@@ -17,28 +17,28 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import __version__
-from .client import make_http1, make_session
-from .config import Config
-from .diskqueue import DiskFrontier, SiteSpill
-from .hashset import BitmapSeenSet
-from .netpolicy import NetworkPolicy
-from .outputs import Outputs
-from .ports import Ports
-from .progress import Progress
-from .records import Job, Site
-from .sites import Sites
-from .stages.bandwidth import BandwidthLimiter
-from .stages.dns import Dns
-from .stages.input import Input
-from .stages.opener import Opener
-from .stages.parser import Parser
-from .stages.reader import Reader
-from .stages.robots import Robots
-from .stages.sequencer import Sequencer
-from .state import StateDir
-from .stats import Stats
-from .urls import DEFAULT_STRIP_PARAMS, Normalizer
+from larbinpy import __version__
+from larbinpy.config import Config
+from larbinpy.daemon.ports import Ports
+from larbinpy.daemon.progress import Progress
+from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
+from larbinpy.frontier.seen import BitmapSeenSet
+from larbinpy.frontier.sites import Sites
+from larbinpy.frontier.state import StateDir
+from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
+from larbinpy.net.client import make_http1, make_session
+from larbinpy.net.policy import NetworkPolicy
+from larbinpy.outputs import Outputs
+from larbinpy.records import Job, Site
+from larbinpy.stages.bandwidth import BandwidthLimiter
+from larbinpy.stages.dns import Dns
+from larbinpy.stages.input import Input
+from larbinpy.stages.opener import Opener
+from larbinpy.stages.parser import Parser
+from larbinpy.stages.reader import Reader
+from larbinpy.stages.robots import Robots
+from larbinpy.stages.sequencer import Sequencer
+from larbinpy.stats import Stats
 
 log = logging.getLogger("larbinpy")
 
@@ -103,7 +103,7 @@ class Crawler:
         # --- cluster (larbinpy/cluster): Redis seen-set, site ownership, streams ---
         self.cluster = None
         if cfg.cluster is not None:
-            from .cluster import Cluster
+            from larbinpy.cluster import Cluster
 
             self.cluster = Cluster(self)  # wires input.admit, sites.forward, reader.fetch
 

@@ -11,7 +11,7 @@ import pytest
 
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
-from larbinpy.localweb import DnsServer, LocalWeb, Page, Site
+from larbinpy.demo import DnsServer, LocalWeb, Page, Site
 
 CRAWL_TIMEOUT = 60.0
 

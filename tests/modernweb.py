@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from larbinpy.localweb import DnsServer, LocalWeb, Page, Site
+from larbinpy.demo import DnsServer, LocalWeb, Page, Site
 
 # --- IPv6 ---
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from larbinpy.cluster.localredis import LocalRedis, redis_server_path
+from larbinpy.bench.localredis import LocalRedis, redis_server_path
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from conftest import html
 from modernweb import start_scripted, stop_web
 from test_crawl import gaps
 
-from larbinpy.backoff import retry_after
-from larbinpy.localweb import Page, Site
+from larbinpy.demo import Page, Site
+from larbinpy.net.backoff import retry_after
 
 
 def busy(status: int = 503, retry: str | None = None) -> Page:

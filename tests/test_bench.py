@@ -7,7 +7,7 @@ import subprocess
 import sys
 import tempfile
 
-from larbinpy.bench import default_dir
+from larbinpy.bench.measure import default_dir
 
 
 def bench_json(*args: str) -> dict:
@@ -64,7 +64,7 @@ def test_bench_politeness_mode_never_beats_the_politeness_clock() -> None:
 
 
 def test_steady_rate_counts_pages_after_each_sites_first() -> None:
-    from larbinpy.bench import steady_pages_per_s
+    from larbinpy.bench.measure import steady_pages_per_s
 
     # one site: 5 pages 1 s apart = 1 page/s; another: 3 pages 0.5 s apart = 2 pages/s;
     # a site fetched once has no rate

@@ -8,7 +8,7 @@ import zlib
 import brotli
 from conftest import html
 
-from larbinpy.localweb import Page, Site
+from larbinpy.demo import Page, Site
 
 
 def compressed(body: bytes, encoding: str) -> Page:

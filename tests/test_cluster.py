@@ -16,9 +16,9 @@ from larbinpy.cluster import membership
 from larbinpy.cluster.membership import owner_of
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
-from larbinpy.localweb import Page, Site
-from larbinpy.status import snapshot
-from larbinpy.statuspage import metrics_text, render_html
+from larbinpy.daemon.status import snapshot
+from larbinpy.daemon.statuspage import metrics_text, render_html
+from larbinpy.demo import Page, Site
 
 TIMEOUT = 30.0
 redis_url = redisserver.redis_url  # the fixture: a real redis-server per test
@@ -340,8 +340,8 @@ async def admission_of(url: str, node: str, tmp, bits: int = 1 << 20, k: int = 2
     """An Admission of its own (a node that only admits), with a fresh local cache."""
     from larbinpy.cluster.link import Link
     from larbinpy.cluster.redis_seen import Admission
-    from larbinpy.diskqueue import DiskFrontier
-    from larbinpy.hashset import BitmapSeenSet
+    from larbinpy.frontier.diskqueue import DiskFrontier
+    from larbinpy.frontier.seen import BitmapSeenSet
     from larbinpy.stats import Stats
 
     link = Link(url, "unit", node)
@@ -432,7 +432,7 @@ def test_cluster_keys_are_checked_by_the_configuration():
 async def test_an_unreachable_redis_is_a_configuration_error(tmp_path):
     import sys
 
-    from larbinpy.cluster.localredis import _free_port
+    from larbinpy.bench.localredis import _free_port
 
     conf = tmp_path / "larbin.conf"
     conf.write_text(f"stateDir {tmp_path}/s\nhttpPort 0\ninputPort 0\nexitAtEnd\n"

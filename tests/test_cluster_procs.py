@@ -21,8 +21,8 @@ from test_cluster import (
     star_hosts,
 )
 
+from larbinpy.bench.localredis import redis_server_path
 from larbinpy.cluster import membership
-from larbinpy.cluster.localredis import redis_server_path
 
 redis_url = redisserver.redis_url  # the fixture: a real redis-server per test
 

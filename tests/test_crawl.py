@@ -11,7 +11,7 @@ from pathlib import Path
 import pycares
 from conftest import html
 
-from larbinpy.localweb import Page, Site, redirect
+from larbinpy.demo import Page, Site, redirect
 
 
 def hosts_web() -> list[Site]:

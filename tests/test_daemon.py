@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 from conftest import free_port, html
 
-from larbinpy.localweb import Site
+from larbinpy.demo import Site
 
 
 def web() -> list[Site]:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from larbinpy import diskqueue
-from larbinpy.diskqueue import DiskFrontier, SegmentFifo, SiteSpill, bench_frontier
+from larbinpy.frontier import diskqueue
+from larbinpy.frontier.diskqueue import DiskFrontier, SegmentFifo, SiteSpill, bench_frontier
+from larbinpy.frontier.state import StateDir, StateError
 from larbinpy.records import Job
-from larbinpy.state import StateDir, StateError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -263,7 +263,7 @@ def test_a_segment_other_than_the_last_that_ends_mid_line_is_an_error(tmp_path: 
 FIFO_CHILD = """
 import os, random, sys
 from pathlib import Path
-from larbinpy import diskqueue
+from larbinpy.frontier import diskqueue
 from larbinpy.records import Job
 diskqueue.SEGMENT_JOBS = 5000
 fifo = diskqueue.SegmentFifo(Path(sys.argv[1]), "q")
@@ -280,7 +280,7 @@ while True:
 SPILL_CHILD = """
 import os, random, sys
 from pathlib import Path
-from larbinpy import diskqueue
+from larbinpy.frontier import diskqueue
 from larbinpy.records import Job
 diskqueue.SPILL_SEGMENT_BYTES = 20000
 spill = diskqueue.SiteSpill(Path(sys.argv[1]))

@@ -1,4 +1,4 @@
-"""Tests for larbinpy.extract: which elements yield links, base handling, encodings, limits."""
+"""larbinpy.links.extract: which elements yield links, base handling, encodings, limits."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from larbinpy.extract import extract_links
-from larbinpy.urls import Normalizer
+from larbinpy.links.extract import extract_links
+from larbinpy.links.urls import Normalizer
 
 PAGE = "http://example.com/dir/page.html"
 

@@ -11,7 +11,7 @@ import pytest
 
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
-from larbinpy.sites import MEMORY_JOBS, SITE_WINDOW
+from larbinpy.frontier.sites import MEMORY_JOBS, SITE_WINDOW
 
 
 def crawler_for(tmp_path: Path) -> Crawler:
@@ -114,7 +114,7 @@ def test_event_loop_not_needed_for_frontier_checks():
 async def test_idle_sites_and_their_ip_slots_are_forgotten_beyond_the_bound(
     tmp_path: Path, monkeypatch
 ):
-    import larbinpy.sites as sites_module
+    import larbinpy.frontier.sites as sites_module
 
     monkeypatch.setattr(sites_module, "MAX_IDLE_SITES", 10)
     crawler = crawler_for(tmp_path)

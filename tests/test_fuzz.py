@@ -13,12 +13,12 @@ import contextlib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from larbinpy.body import BodyError, html_for_links, read_body
 from larbinpy.config import ConfigError, parse_config
-from larbinpy.extract import extract_links
-from larbinpy.ports import BadSubmission, parse_json_body, parse_text_body
+from larbinpy.daemon.ports import BadSubmission, parse_json_body, parse_text_body
+from larbinpy.links.extract import extract_links
+from larbinpy.links.urls import Normalizer
+from larbinpy.net.body import BodyError, html_for_links, read_body
 from larbinpy.stages.robots import parse_rules
-from larbinpy.urls import Normalizer
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NORMALIZER = Normalizer()

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from larbinpy.config import parse_config
-from larbinpy.diskqueue import SiteSpill
+from larbinpy.frontier.diskqueue import SiteSpill
+from larbinpy.frontier.sites import Sites
+from larbinpy.links.urls import Normalizer
 from larbinpy.records import Site
-from larbinpy.sites import Sites
 from larbinpy.stages.robots import Robots, parse_rules
 from larbinpy.stats import Stats
-from larbinpy.urls import Normalizer
 
 FOO = "user-agent: FooBot\ndisallow: /\n"
 GROUPS = (

@@ -2,7 +2,7 @@
 be fetched meanwhile, under a wall-clock limit and a memory bound; then smaller crawls for
 redirects, spider traps, encodings, DNS failures and the network policy.
 
-The traps are served by `larbinpy.localweb.hostile` (raw asyncio streams, one IP per trap so
+The traps are served by `hostile` (raw asyncio streams, one IP per trap so
 politeness never serializes them); the canaries by the ordinary LocalWeb. Every assertion is on
 what the servers saw and what the stats counted.
 """
@@ -19,13 +19,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import brotli
+import hostile as h
 import pytest
 from conftest import TestWeb as _Web
 from conftest import html
 
-from larbinpy.body import BodyError, read_body
-from larbinpy.localweb import DnsServer, LocalWeb, Page, Site, redirect
-from larbinpy.localweb import hostile as h
+from larbinpy.demo import DnsServer, LocalWeb, Page, Site, redirect
+from larbinpy.net.body import BodyError, read_body
 
 MiB = 1024 * 1024
 CAP = 8 * MiB  # maxPageSize of the hostile crawl (the link flood is 6 MB)
@@ -82,8 +82,8 @@ def flood_parse_cost() -> int:
     code = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
         "from test_hostile import flood, peak_rss, peak_rss_reset\n"
-        "from larbinpy.extract import extract_links\n"
-        "from larbinpy.urls import Normalizer\n"
+        "from larbinpy.links.extract import extract_links\n"
+        "from larbinpy.links.urls import Normalizer\n"
         "body = flood().body.encode(); peak_rss_reset(); before = peak_rss()\n"
         "extract_links(body, 'http://flood.test/', Normalizer())\n"
         "print(peak_rss() - before)\n"
@@ -227,7 +227,7 @@ async def test_a_bomb_is_not_inflated_past_the_cap(encoding: str):
 
 
 async def test_min_rate_cuts_a_drip_after_the_grace_period(monkeypatch):
-    from larbinpy import body
+    from larbinpy.net import body
 
     monkeypatch.setattr(body, "MIN_RATE_GRACE", 0.2)
 

@@ -20,7 +20,7 @@ import pytest
 from aiohttp import HttpVersion
 from conftest import free_port
 
-from larbinpy.http1 import FetchError, Http1Client, Response, split_http_url
+from larbinpy.net.http1 import FetchError, Http1Client, Response, split_http_url
 
 MiB = 1024 * 1024
 HOST = "site.test"

@@ -10,9 +10,9 @@ import pytest
 from conftest import html
 from modernweb import Certs, TlsWeb
 
-from larbinpy.localweb import Page, Site, redirect
-from larbinpy.status import snapshot
-from larbinpy.statuspage import render_html
+from larbinpy.daemon.status import snapshot
+from larbinpy.daemon.statuspage import render_html
+from larbinpy.demo import Page, Site, redirect
 
 ROBOTS_HTTP = Page("User-agent: *\nDisallow: /private\n", content_type="text/plain")
 ROBOTS_HTTPS = Page("User-agent: *\nDisallow: /nope.html\n", content_type="text/plain")

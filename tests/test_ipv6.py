@@ -11,10 +11,10 @@ from modernweb import ipv6_loopback
 from test_crawl import gaps
 
 from larbinpy.config import parse_config
-from larbinpy.localweb import Site
-from larbinpy.netpolicy import NetworkPolicy
+from larbinpy.demo import Site
+from larbinpy.frontier.sites import Sites
+from larbinpy.net.policy import NetworkPolicy
 from larbinpy.records import Site as SiteRecord
-from larbinpy.sites import Sites
 from larbinpy.stages.dns import Dns, politeness_key
 from larbinpy.stats import Stats
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import html
 from test_ports import daemon, wait_idle
 
-from larbinpy.localweb import Page, Site, redirect
+from larbinpy.demo import Page, Site, redirect
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 32
 

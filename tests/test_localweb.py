@@ -17,9 +17,9 @@ import aiohttp
 import pytest
 from dnslib import DNSRecord
 
-from larbinpy.localweb import DnsServer, LocalWeb, Page, Site, redirect
-from larbinpy.localweb import demo as demo_mod
-from larbinpy.localweb.synth import ROBOTS_TXT, start_synth, synth_sites, synth_urls
+from larbinpy.bench.synth import ROBOTS_TXT, start_synth, synth_sites, synth_urls
+from larbinpy.demo import DnsServer, LocalWeb, Page, Site, redirect
+from larbinpy.demo import demoweb as demo_mod
 
 ROOT = Path(__file__).resolve().parent.parent
 ENOTFOUND, ETIMEOUT = 4, 12  # c-ares status codes carried in DNSError.args[0]
@@ -358,7 +358,7 @@ def test_demo_runner_runs_the_command_and_returns_its_code() -> None:
     )
     port = free_port()
     proc = subprocess.run(
-        [sys.executable, "-m", "larbinpy.localweb.demo", "--http-port", str(port),
+        [sys.executable, "-m", "larbinpy.demo.demoweb", "--http-port", str(port),
          "--dns-port", str(free_port()), "--", sys.executable, "-c", child, str(port)],
         cwd=ROOT, capture_output=True, text=True, timeout=30,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -373,7 +373,7 @@ def test_demo_child_does_not_outlive_a_killed_demo(tmp_path: Path) -> None:
     child = (f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid()));"
              "time.sleep(60)")
     demo = subprocess.Popen(
-        [sys.executable, "-m", "larbinpy.localweb.demo", "--http-port", str(free_port()),
+        [sys.executable, "-m", "larbinpy.demo.demoweb", "--http-port", str(free_port()),
          "--dns-port", str(free_port()), "--", sys.executable, "-c", child],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

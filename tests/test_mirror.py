@@ -12,8 +12,8 @@ import pytest
 from conftest import html
 
 from larbinpy.config import parse_config
-from larbinpy.localweb import Page as WebPage
-from larbinpy.localweb import Site
+from larbinpy.demo import Page as WebPage
+from larbinpy.demo import Site
 from larbinpy.outputs import Outputs
 from larbinpy.outputs.mirror import NAME_MAX, MirrorOutput, mirror_parts
 from larbinpy.records import Job, Page

@@ -18,8 +18,8 @@ from conftest import html
 
 from larbinpy import outputs as outputs_module
 from larbinpy.config import parse_config
-from larbinpy.localweb import Page as WebPage
-from larbinpy.localweb import Site
+from larbinpy.demo import Page as WebPage
+from larbinpy.demo import Site
 from larbinpy.outputs import Outputs, make_output
 from larbinpy.outputs.hook import HOOK_CONCURRENCY
 from larbinpy.outputs.save import SaveOutput

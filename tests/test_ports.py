@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
-from larbinpy.localweb import Site
-from larbinpy.ports import BadSubmission, parse_json_body, parse_text_body
+from larbinpy.daemon.ports import BadSubmission, parse_json_body, parse_text_body
+from larbinpy.demo import Site
 
 
 def small_web() -> list[Site]:

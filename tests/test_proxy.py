@@ -11,7 +11,7 @@ from modernweb import Certs, Proxy, TlsWeb
 
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
-from larbinpy.localweb import Page, Site
+from larbinpy.demo import Page, Site
 
 ROBOTS = Page("User-agent: *\nDisallow: /private.html\n", content_type="text/plain")
 

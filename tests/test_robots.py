@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import hostile as h
 import pytest
 from conftest import TestWeb as _Web
 from conftest import html
 
-from larbinpy.localweb import DnsServer, LocalWeb, Page, Site, redirect
-from larbinpy.localweb import hostile as h
+from larbinpy.demo import DnsServer, LocalWeb, Page, Site, redirect
 from larbinpy.stages import robots as robots_stage
 
 

@@ -7,8 +7,8 @@ import ipaddress
 import pytest
 
 from larbinpy.config import parse_config
-from larbinpy.netpolicy import NetworkPolicy
-from larbinpy.scope import Scope, is_trap_path
+from larbinpy.links.scope import Scope, is_trap_path
+from larbinpy.net.policy import NetworkPolicy
 
 
 def scope(text: str = "") -> Scope:

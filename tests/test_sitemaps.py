@@ -9,12 +9,12 @@ from collections import Counter
 from conftest import html
 
 from larbinpy.config import parse_config
-from larbinpy.localweb import Page, Site
+from larbinpy.demo import Page, Site
+from larbinpy.links.sitemaps import MAX_URLS, parse
+from larbinpy.links.urls import Normalizer
 from larbinpy.records import SITEMAP, Job
-from larbinpy.sitemaps import MAX_URLS, parse
 from larbinpy.stages.input import Input
 from larbinpy.stats import Stats
-from larbinpy.urls import Normalizer
 
 
 def urlset(*urls: str) -> str:

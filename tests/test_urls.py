@@ -1,4 +1,4 @@
-"""Tests for larbinpy.urls: WHATWG conformance (http/https cases) and larbinpy's canonical form."""
+"""larbinpy.links.urls: WHATWG conformance (http/https cases) and larbinpy's canonical form."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from urllib.parse import urljoin
 
 import pytest
 
-from larbinpy.urls import DEFAULT_STRIP_PARAMS, Normalizer, host_of, path_of, site_key
+from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer, host_of, path_of, site_key
 
 # ---- WHATWG conformance ---------------------------------------------------------------------
 
@@ -267,7 +267,7 @@ def _in_scope(case: dict) -> bool:
 
 
 def _canonical(href: str) -> str:
-    """Browser href -> larbinpy canonical form, written independently of larbinpy.urls."""
+    """Browser href -> larbinpy canonical form, written independently of larbinpy.links.urls."""
     href = href.partition("#")[0]
     scheme, _, rest = href.partition("//")
     authority, slash, path_query = rest.partition("/")
@@ -639,7 +639,7 @@ def test_cache_does_not_share_base_dependent_answers_within_a_directory() -> Non
 
 
 def test_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    import larbinpy.urls as urls
+    import larbinpy.links.urls as urls
 
     monkeypatch.setattr(urls, "_CACHE_MAX", 100)
     norm = Normalizer()
@@ -657,7 +657,7 @@ def test_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_links_resolved_after_the_cache_fills_mid_page_stay_cached(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import larbinpy.urls as urls
+    import larbinpy.links.urls as urls
 
     monkeypatch.setattr(urls, "_CACHE_MAX", 7)
     norm = Normalizer()

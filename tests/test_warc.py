@@ -18,8 +18,8 @@ from conftest import html
 from warcio.archiveiterator import ArchiveIterator
 
 from larbinpy.config import parse_config
-from larbinpy.localweb import Page as WebPage
-from larbinpy.localweb import Site, redirect
+from larbinpy.demo import Page as WebPage
+from larbinpy.demo import Site, redirect
 from larbinpy.outputs import Outputs
 from larbinpy.outputs.warc import WarcOutput, response_block
 from larbinpy.records import Job, Page

@@ -36,19 +36,19 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from ..config import ConfigError
-from ..records import Job, Site
-from ..urls import site_key
-from . import membership as _membership
-from .ipclock import IpClock
-from .link import Link
-from .membership import Membership
-from .redis_seen import Admission
-from .streams import Fetched, Inbox, Outbox
-from .termination import Termination
+from larbinpy.cluster import membership as _membership
+from larbinpy.cluster.ipclock import IpClock
+from larbinpy.cluster.link import Link
+from larbinpy.cluster.membership import Membership
+from larbinpy.cluster.redis_seen import Admission
+from larbinpy.cluster.streams import Fetched, Inbox, Outbox
+from larbinpy.cluster.termination import Termination
+from larbinpy.config import ConfigError
+from larbinpy.links.urls import site_key
+from larbinpy.records import Job, Site
 
 if TYPE_CHECKING:
-    from ..crawler import Crawler
+    from larbinpy.crawler import Crawler
 
 log = logging.getLogger("larbinpy.cluster")
 

@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
 
-from ..records import Job, Site
-from ..sites import Sites
-from .link import Link
+from larbinpy.cluster.link import Link
+from larbinpy.frontier.sites import Sites
+from larbinpy.records import Job, Site
 
 log = logging.getLogger("larbinpy.cluster")
 

@@ -34,7 +34,7 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from ..records import Job
+from larbinpy.records import Job
 
 log = logging.getLogger("larbinpy.cluster")
 

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import xxhash
 
-from .link import GROUP, Link
+from larbinpy.cluster.link import GROUP, Link
 
 _hash = xxhash.xxh3_64_intdigest
 log = logging.getLogger("larbinpy.cluster")

@@ -27,12 +27,12 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from ..frontier import Frontier
-from ..hashset import BitmapSeenSet
-from ..records import Job
-from ..stats import Stats
-from ..urls import site_key
-from .link import KEY_BITS, Link, encode_extra
+from larbinpy.cluster.link import KEY_BITS, Link, encode_extra
+from larbinpy.frontier.interface import Frontier
+from larbinpy.frontier.seen import BitmapSeenSet
+from larbinpy.links.urls import site_key
+from larbinpy.records import Job
+from larbinpy.stats import Stats
 
 log = logging.getLogger("larbinpy.cluster")
 

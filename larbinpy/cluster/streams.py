@@ -25,9 +25,9 @@ import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 
-from ..frontier import Frontier
-from ..records import Job
-from .link import GROUP, Link, decode_lines, encode_extra
+from larbinpy.cluster.link import GROUP, Link, decode_lines, encode_extra
+from larbinpy.frontier.interface import Frontier
+from larbinpy.records import Job
 
 log = logging.getLogger("larbinpy.cluster")
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .link import Link
+from larbinpy.cluster.link import Link
 
 POLL_MIN_S = 0.02  # first poll after becoming idle
 POLL_MAX_S = 0.5  # polls back off to this while idle

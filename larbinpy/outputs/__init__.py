@@ -22,13 +22,13 @@ import time
 from collections import deque
 from typing import Any, Protocol
 
-from ..body import Body
-from ..config import Config
-from ..records import Job, Page
-from ..scope import url_extension
-from ..stats import Stats
-from .files import is_storage_error
-from .hook import Hook, PageView, load_hook
+from larbinpy.config import Config
+from larbinpy.links.scope import url_extension
+from larbinpy.net.body import Body
+from larbinpy.outputs.files import is_storage_error
+from larbinpy.outputs.hook import Hook, PageView, load_hook
+from larbinpy.records import Job, Page
+from larbinpy.stats import Stats
 
 __all__ = ["Output", "Outputs", "PageView", "load_hook", "make_output", "page_from_response"]
 

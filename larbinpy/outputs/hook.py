@@ -19,8 +19,8 @@ from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from ..records import Page
-from ..stats import Stats
+from larbinpy.records import Page
+from larbinpy.stats import Stats
 
 log = logging.getLogger("larbinpy.outputs")
 

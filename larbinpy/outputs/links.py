@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..config import Config
-from ..records import Page
-from .files import AppendFile
+from larbinpy.config import Config
+from larbinpy.outputs.files import AppendFile
+from larbinpy.records import Page
 
 
 def make(cfg: Config) -> LinksOutput:

@@ -25,9 +25,9 @@ import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..config import Config
-from ..records import Page
-from .files import write_file
+from larbinpy.config import Config
+from larbinpy.outputs.files import write_file
+from larbinpy.records import Page
 
 NAME_MAX = 240  # bytes per name: under the usual 255, with room for the temporary suffix
 PATH_MAX = 3000  # bytes below saveDir before the whole path is replaced by a hash

@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..config import Config
-from ..records import Page
-from .files import AppendFile, write_file
+from larbinpy.config import Config
+from larbinpy.outputs.files import AppendFile, write_file
+from larbinpy.records import Page
 
 FILES_PER_DIR = 2000  # larbin's filesPerDir
 

@@ -45,10 +45,10 @@ try:  # zlib-ng: gzip as zlib writes it, within 1% of its size at level 6, 1.7-1
 except ImportError:  # pragma: no cover - a dependency; the standard zlib writes the same format
     import zlib  # type: ignore[no-redef]
 
-from .. import __version__
-from ..config import Config, describe
-from ..records import Page
-from .files import AppendFile
+from larbinpy import __version__
+from larbinpy.config import Config, describe
+from larbinpy.outputs.files import AppendFile
+from larbinpy.records import Page
 
 log = logging.getLogger("larbinpy.outputs")
 

@@ -34,11 +34,11 @@ import aiodns
 import pycares
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from ..config import Config
-from ..netpolicy import DeniedNetworkError, NetworkPolicy
-from ..records import Site, SiteState
-from ..sites import Sites
-from ..stats import Stats
+from larbinpy.config import Config
+from larbinpy.frontier.sites import Sites
+from larbinpy.net.policy import DeniedNetworkError, NetworkPolicy
+from larbinpy.records import Site, SiteState
+from larbinpy.stats import Stats
 
 log = logging.getLogger("larbinpy.dns")
 MAX_CACHE = 200_000  # hosts whose answer is kept

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ..config import Config
-from ..frontier import Frontier
-from ..hashset import SeenSet
-from ..records import SITEMAP, Job
-from ..scope import Scope
-from ..stats import Stats
-from ..urls import Normalizer, site_key
+from larbinpy.config import Config
+from larbinpy.frontier.interface import Frontier
+from larbinpy.frontier.seen import SeenSet
+from larbinpy.links.scope import Scope
+from larbinpy.links.urls import Normalizer, site_key
+from larbinpy.records import SITEMAP, Job
+from larbinpy.stats import Stats
 
 # Reasons given to whoever submitted a URL (input port, seeds), by outcome kind.
 REASONS = {

@@ -14,11 +14,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from ..config import Config
-from ..records import Job, Site, SiteState
-from ..sites import Sites
-from .reader import Reader
-from .robots import Robots
+from larbinpy.config import Config
+from larbinpy.frontier.sites import Sites
+from larbinpy.records import Job, Site, SiteState
+from larbinpy.stages.reader import Reader
+from larbinpy.stages.robots import Robots
 
 log = logging.getLogger("larbinpy.opener")
 REFUSALS_PER_TURN = 1000  # refused jobs counted in one turn, so one site cannot stall the loop

@@ -25,14 +25,14 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from ..body import html_for_links
-from ..config import Config
-from ..extract import extract_links
-from ..outputs import Outputs
-from ..records import Page
-from ..stats import Stats
-from ..urls import Normalizer
-from .input import Input
+from larbinpy.config import Config
+from larbinpy.links.extract import extract_links
+from larbinpy.links.urls import Normalizer
+from larbinpy.net.body import html_for_links
+from larbinpy.outputs import Outputs
+from larbinpy.records import Page
+from larbinpy.stages.input import Input
+from larbinpy.stats import Stats
 
 log = logging.getLogger("larbinpy.parser")
 

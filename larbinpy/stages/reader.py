@@ -25,26 +25,26 @@ import xxhash
 from aiohttp.http_exceptions import TransferEncodingError
 from yarl import URL
 
-from ..backoff import BACK_OFF_STATUSES, back_off
-from ..body import BodyError, read_body
-from ..config import Config
-from ..cookies import CookieJar
-from ..hashset import SeenSet
-from ..http1 import FetchError, Http1Client, Response, split_http_url
-from ..netpolicy import DeniedNetworkError
-from ..outputs import Outputs
-from ..records import SITEMAP, Job, Page, Site
-from ..scope import url_extension
-from ..sitemaps import MAX_BYTES as SITEMAP_MAX_BYTES
-from ..sitemaps import SitemapError
-from ..sitemaps import parse as parse_sitemap
-from ..sites import Sites
-from ..stats import Stats
-from ..urls import Normalizer
-from .bandwidth import BandwidthLimiter
-from .input import Input
-from .parser import HTML_TYPES, Parser
-from .robots import Robots
+from larbinpy.config import Config
+from larbinpy.frontier.seen import SeenSet
+from larbinpy.frontier.sites import Sites
+from larbinpy.links.scope import url_extension
+from larbinpy.links.sitemaps import MAX_BYTES as SITEMAP_MAX_BYTES
+from larbinpy.links.sitemaps import SitemapError
+from larbinpy.links.sitemaps import parse as parse_sitemap
+from larbinpy.links.urls import Normalizer
+from larbinpy.net.backoff import BACK_OFF_STATUSES, back_off
+from larbinpy.net.body import BodyError, read_body
+from larbinpy.net.cookies import CookieJar
+from larbinpy.net.http1 import FetchError, Http1Client, Response, split_http_url
+from larbinpy.net.policy import DeniedNetworkError
+from larbinpy.outputs import Outputs
+from larbinpy.records import SITEMAP, Job, Page, Site
+from larbinpy.stages.bandwidth import BandwidthLimiter
+from larbinpy.stages.input import Input
+from larbinpy.stages.parser import HTML_TYPES, Parser
+from larbinpy.stages.robots import Robots
+from larbinpy.stats import Stats
 
 Answer = aiohttp.ClientResponse | Response  # both read alike (see http1.py)
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.\-]*):")

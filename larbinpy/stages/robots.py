@@ -34,17 +34,17 @@ import aiohttp
 from protego import Protego
 from yarl import URL
 
-from ..backoff import retry_after
-from ..body import BodyError, read_body
-from ..config import Config
-from ..http1 import FetchError, Http1Client, split_http_url
-from ..netpolicy import NetworkPolicy
-from ..outputs import page_from_response
-from ..records import Job, Page, Site, SiteState
-from ..sitemaps import MAX_NESTING
-from ..sites import Sites
-from ..stats import Stats
-from .dns import NEGATIVE_TTL, ip_literal
+from larbinpy.config import Config
+from larbinpy.frontier.sites import Sites
+from larbinpy.links.sitemaps import MAX_NESTING
+from larbinpy.net.backoff import retry_after
+from larbinpy.net.body import BodyError, read_body
+from larbinpy.net.http1 import FetchError, Http1Client, split_http_url
+from larbinpy.net.policy import NetworkPolicy
+from larbinpy.outputs import page_from_response
+from larbinpy.records import Job, Page, Site, SiteState
+from larbinpy.stages.dns import NEGATIVE_TTL, ip_literal
+from larbinpy.stats import Stats
 
 MAX_ROBOTS_BYTES = 500 * 1024
 MAX_ROBOTS_REDIRECTS = 5

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..frontier import Frontier
-from ..sites import Sites
+from larbinpy.frontier.interface import Frontier
+from larbinpy.frontier.sites import Sites
 
 log = logging.getLogger("larbinpy.sequencer")
 RETRY_DELAY = 5.0

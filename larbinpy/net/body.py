@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import aiohttp
 import brotli
 
-from .stages.bandwidth import BandwidthLimiter
+from larbinpy.stages.bandwidth import BandwidthLimiter
 
 ACCEPT_ENCODING = "gzip, deflate, br"
 UTF8_BOM = b"\xef\xbb\xbf"

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 import time
 
-from .config import Config
-from .urls import host_of, path_of
+from larbinpy.config import Config
+from larbinpy.links.urls import host_of, path_of
 
 MAX_SEGMENT_REPEATS = 3  # /a/b/a/b/a/b/a is a trap; a real path rarely repeats a segment 4 times
 MAX_PATH_SEGMENTS = 40

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from .status import snapshot
-from .statuspage import metrics_text, render_html
+from larbinpy.daemon.status import snapshot
+from larbinpy.daemon.statuspage import metrics_text, render_html
 
 if TYPE_CHECKING:
-    from .crawler import Crawler
+    from larbinpy.crawler import Crawler
 
 MAX_PRIORITY = 9  # each priority is a FIFO with its own files: keep their number small
 TAG_MIN, TAG_MAX = -(2**31), 2**31 - 1  # larbin's tags are C ints

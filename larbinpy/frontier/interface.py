@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from .records import Job
+from larbinpy.records import Job
 
 Position = tuple[int, int]
 

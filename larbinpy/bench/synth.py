@@ -11,10 +11,10 @@ Hosts get loopback IPs base+1 ... base+250, then the next /24 (127.0.3.1 ...), u
 distinct IPs; beyond that hosts share IPs round-robin (host i uses IP number i % max_ips).
 
 Run as a separate process for the benchmark (so serving CPU is not charged to the crawler):
-    python -m larbinpy.localweb.synth serve --hosts N --pages N --http-port P --dns-port Q
+    python -m larbinpy.bench.synth serve --hosts N --pages N --http-port P --dns-port Q
 It prints `READY <http_port> <dns_port>` on stdout (and writes the same two numbers to
 --ready-file if given) once listening, then serves until SIGTERM/SIGINT.
-`python -m larbinpy.localweb.synth urls --hosts N --pages N --http-port P` lists every URL.
+`python -m larbinpy.bench.synth urls --hosts N --pages N --http-port P` lists every URL.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import signal
 import sys
 from collections.abc import Iterator
 
-from larbinpy.localweb.dnsserver import DnsServer, start_dns_for
-from larbinpy.localweb.web import LocalWeb, Page, Site
+from larbinpy.demo.dnsserver import DnsServer, start_dns_for
+from larbinpy.demo.web import LocalWeb, Page, Site
 
 DOMAIN = "bench.test"
 ROBOTS_TXT = "User-agent: *\nDisallow: /private/\n"
@@ -265,8 +265,8 @@ def _run(coro: object) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    """Command line of `python -m larbinpy.localweb.synth`."""
-    p = argparse.ArgumentParser(prog="python -m larbinpy.localweb.synth", description=__doc__,
+    """Command line of `python -m larbinpy.bench.synth`."""
+    p = argparse.ArgumentParser(prog="python -m larbinpy.bench.synth", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     serve = sub.add_parser("serve", help="serve the synthetic web (DNS + HTTP) until SIGTERM")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import email.utils
 import time
 
-from .records import Site
+from larbinpy.records import Site
 
 BACKOFF_MIN = 0.5  # seconds: the first back-off of a site crawled with waitDuration 0
 BACK_OFF_STATUSES = frozenset({429, 503})

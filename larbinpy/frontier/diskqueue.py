@@ -34,8 +34,8 @@ from pathlib import Path
 
 import xxhash
 
-from .records import Job
-from .state import StateError, fsync_dir, hops_field, make_job
+from larbinpy.frontier.state import StateError, fsync_dir, hops_field, make_job
+from larbinpy.records import Job
 
 SEGMENT_BYTES = 4 << 20  # a FIFO segment is closed past this size ...
 SEGMENT_JOBS = 65_536  # ... or this many jobs

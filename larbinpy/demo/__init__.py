@@ -4,7 +4,7 @@ Nothing here touches the network beyond 127.0.0.0/8 and ::1, and nothing needs r
 every port is above 1024 (or picked by the kernel).
 """
 
-from larbinpy.localweb.dnsserver import DnsServer
-from larbinpy.localweb.web import Hit, LocalWeb, Page, Site, StaticResolver, redirect
+from larbinpy.demo.dnsserver import DnsServer
+from larbinpy.demo.web import Hit, LocalWeb, Page, Site, StaticResolver, redirect
 
 __all__ = ["DnsServer", "Hit", "LocalWeb", "Page", "Site", "StaticResolver", "redirect"]

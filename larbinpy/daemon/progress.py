@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .crawler import Crawler
+    from larbinpy.crawler import Crawler
 
 
 def human_bytes(n: float) -> str:

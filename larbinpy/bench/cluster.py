@@ -31,9 +31,9 @@ from typing import Any
 
 import redis
 
-from ..bench import HASH_BITS, HASH_FUNCTIONS, SynthServer
-from ..localweb.synth import host_name
-from .localredis import LocalRedis, _free_port
+from larbinpy.bench.localredis import LocalRedis, _free_port
+from larbinpy.bench.measure import HASH_BITS, HASH_FUNCTIONS, SynthServer
+from larbinpy.bench.synth import host_name
 
 READY_TIMEOUT = 30.0
 CRAWL_TIMEOUT = 600.0

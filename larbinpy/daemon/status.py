@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .crawler import Crawler
+    from larbinpy.crawler import Crawler
 
 
 def snapshot(crawler: Crawler) -> dict[str, Any]:

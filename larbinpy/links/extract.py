@@ -2,7 +2,7 @@
 
 The fetcher hands over raw bytes; this module parses them with selectolax's lexbor backend (which
 detects the encoding from a BOM or ``<meta charset>`` and never raises on invalid bytes), finds the
-link-bearing elements in document order, and lets :class:`~larbinpy.urls.Normalizer` resolve them
+link-bearing elements in document order, and lets `Normalizer` resolve them
 against the page's base URL the way a browser would.
 
 Encoding: paths are always percent-encoded as UTF-8, as browsers do. Browsers encode the *query*
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from selectolax.lexbor import LexborDocumentOptions, LexborHTMLParser
 
-from larbinpy.urls import Normalizer
+from larbinpy.links.urls import Normalizer
 
 __all__ = ["extract_links"]
 

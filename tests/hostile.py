@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import brotli
 
-from larbinpy.localweb.web import bind_same_port
+from larbinpy.demo.web import bind_same_port
 
 MAX_REQUEST_HEAD = 64 * 1024  # a request head longer than this is not a crawler's
 CHUNK = 64 * 1024

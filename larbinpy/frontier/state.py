@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .records import Job
+from larbinpy.records import Job
 
 FORMAT = 2
 Position = tuple[int, int]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, cast
 from dnslib import AAAA, QTYPE, RCODE, RR, A, DNSRecord
 
 if TYPE_CHECKING:
-    from larbinpy.localweb.web import LocalWeb
+    from larbinpy.demo.web import LocalWeb
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from .diskqueue import SiteSpill
-from .records import IpSlot, Job, Site, SiteState
-from .stats import Stats
-from .urls import host_of, site_key
+from larbinpy.frontier.diskqueue import SiteSpill
+from larbinpy.links.urls import host_of, site_key
+from larbinpy.records import IpSlot, Job, Site, SiteState
+from larbinpy.stats import Stats
 
 SITE_WINDOW = 128  # jobs of one site kept in memory
 MEMORY_JOBS = 200_000  # jobs of all sites kept in memory

@@ -1,7 +1,7 @@
 """The small demo web that `make run` crawls, and the runner that serves it around a command.
 
-    python -m larbinpy.localweb.demo [--dns-port 15353] [--http-port 18080] -- CMD ARGS...
-    python -m larbinpy.localweb.demo --serve-only
+    python -m larbinpy.demo.demoweb [--dns-port 15353] [--http-port 18080] -- CMD ARGS...
+    python -m larbinpy.demo.demoweb --serve-only
 
 Four hosts on three loopback IPs (blog and docs share 127.0.1.2, to show per-IP politeness),
 about 60 pages with navigation and cross-host links, robots.txt variants (a Disallow, none at
@@ -24,8 +24,8 @@ import sys
 from collections.abc import Callable
 from urllib.parse import urldefrag, urljoin
 
-from larbinpy.localweb.dnsserver import DnsServer, start_dns_for
-from larbinpy.localweb.web import LocalWeb, Page, Site, redirect
+from larbinpy.demo.dnsserver import DnsServer, start_dns_for
+from larbinpy.demo.web import LocalWeb, Page, Site, redirect
 
 DEMO_DNS_PORT = 15353
 DEMO_HTTP_PORT = 18080
@@ -376,7 +376,7 @@ def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the child's exit code."""
-    p = argparse.ArgumentParser(prog="python -m larbinpy.localweb.demo",
+    p = argparse.ArgumentParser(prog="python -m larbinpy.demo.demoweb",
                                 usage="%(prog)s [options] (--serve-only | -- CMD ARGS...)")
     p.add_argument("--dns-port", type=int, default=DEMO_DNS_PORT)
     p.add_argument("--http-port", type=int, default=DEMO_HTTP_PORT)

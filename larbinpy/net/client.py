@@ -15,11 +15,11 @@ import ssl
 
 import aiohttp
 
-from .body import ACCEPT_ENCODING
-from .config import Config
-from .http1 import FetchError, Http1Client
-from .netpolicy import DeniedNetworkError
-from .stages.dns import CrawlerResolver, Dns
+from larbinpy.config import Config
+from larbinpy.net.body import ACCEPT_ENCODING
+from larbinpy.net.http1 import FetchError, Http1Client
+from larbinpy.net.policy import DeniedNetworkError
+from larbinpy.stages.dns import CrawlerResolver, Dns
 
 
 def request_headers(cfg: Config) -> dict[str, str]:

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from .progress import human_bytes
+from larbinpy.daemon.progress import human_bytes
 
 REFRESH_SECONDS = 5
 

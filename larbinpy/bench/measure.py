@@ -1,6 +1,6 @@
 """`larbinpy bench`: how fast the crawler is against a local synthetic web, and at what cost.
 
-It serves a synthetic web (`larbinpy.localweb.synth`: N hosts x M pages, by default ~15 kB
+It serves a synthetic web (`larbinpy.bench.synth`: N hosts x M pages, by default ~15 kB
 each with 40 links, real DNS) from a separate process, so serving CPU is not charged to the
 crawler, then measures in this process:
 
@@ -36,9 +36,9 @@ from typing import Any
 
 import aiohttp
 
-from .localweb.synth import host_ip, host_name, synth_urls
-from .localweb.web import StaticResolver
-from .runtime import run_loop, tune_allocator, tune_gc
+from larbinpy.bench.synth import host_ip, host_name, synth_urls
+from larbinpy.demo.web import StaticResolver
+from larbinpy.runtime import run_loop, tune_allocator, tune_gc
 
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
@@ -109,7 +109,7 @@ def measured(make_coro: Callable[[], Awaitable[int]]) -> tuple[int, float, float
 
 
 class SynthServer:
-    """`python -m larbinpy.localweb.synth serve` as a child process; a context manager."""
+    """`python -m larbinpy.bench.synth serve` as a child process; a context manager."""
 
     def __init__(self, hosts: int, pages: int, workdir: Path, *, page_bytes: int = 15000,
                  links: int = 40) -> None:
@@ -121,7 +121,7 @@ class SynthServer:
 
     def __enter__(self) -> SynthServer:
         """Start the server and wait until it listens (RuntimeError if it does not)."""
-        cmd = [sys.executable, "-m", "larbinpy.localweb.synth", "serve",
+        cmd = [sys.executable, "-m", "larbinpy.bench.synth", "serve",
                "--hosts", str(self.hosts), "--pages", str(self.pages),
                "--page-bytes", str(self.page_bytes), "--links", str(self.links),
                "--http-port", "0", "--dns-port", "0", "--ready-file", str(self.ready_file)]
@@ -193,8 +193,8 @@ def run_crawl(config_text: str, workdir: Path,
               starts: dict[str, list[float]] | None = None) -> tuple[Run, dict[str, int]]:
     """Crawl with a fresh Crawler on a fresh loop; return its figures and its outcomes.
     With `starts`, the start time of every page fetch is recorded there, per site."""
-    from .config import parse_config
-    from .crawler import Crawler
+    from larbinpy.config import parse_config
+    from larbinpy.crawler import Crawler
 
     cfg = parse_config(config_text, str(workdir / "larbin.conf"))
     crawlers: list[Crawler] = []
@@ -277,7 +277,7 @@ async def fetch_all(urls: list[str], resolver: StaticResolver, connections: int,
 
 async def fetch_all_http1(urls: list[str], ips: dict[str, str], connections: int) -> int:
     """The same loop with the crawler's own plain-HTTP client (`http1.py`); return 200s."""
-    from .http1 import FetchError, Http1Client, split_http_url
+    from larbinpy.net.http1 import FetchError, Http1Client, split_http_url
 
     async def resolve(host: str, port: int) -> list[str]:
         return [ips[host]]
@@ -443,7 +443,7 @@ def parser() -> argparse.ArgumentParser:
 def bench_hashset(n: int, bits: int = 1 << 28, probes: int = 1_000_000) -> dict[str, Any]:
     """Insert n URLs (batches of 1,000: test then set, as the input stage does); measure the
     throughput and the false-positive rate on URLs never inserted."""
-    from .hashset import BitmapSeenSet, false_positive_rate
+    from larbinpy.frontier.seen import BitmapSeenSet, false_positive_rate
 
     result: dict[str, Any] = {"urls": n, "bits": bits}
     for k in (1, 7):
@@ -505,7 +505,7 @@ def bench_pair(args: argparse.Namespace, server: SynthServer, workdir: Path) -> 
     expected = args.hosts * args.pages
     warnings = []
     if crawl.pages != expected:
-        from .hashset import false_positive_rate
+        from larbinpy.frontier.seen import false_positive_rate
 
         lost = expected * false_positive_rate(HASH_BITS, HASH_FUNCTIONS, expected)
         warnings.append(f"crawl fetched {crawl.pages} pages, expected {expected} (at most "
@@ -537,7 +537,7 @@ def state_bench(args: argparse.Namespace) -> int:
     """`--frontier N` / `--hashset N`: the state structures alone, no network."""
     result: dict[str, Any] = {}
     if args.frontier:
-        from .diskqueue import bench_frontier
+        from larbinpy.frontier.diskqueue import bench_frontier
 
         result["frontier"] = bench_frontier(args.frontier, 100_000)
     if args.hashset:
@@ -548,7 +548,7 @@ def state_bench(args: argparse.Namespace) -> int:
 
 def nodes_bench(args: argparse.Namespace) -> int:
     """`--nodes 1,2`: processes against the embedded default (see cluster/bench.py)."""
-    from .cluster.bench import bench_nodes, report_nodes
+    from larbinpy.bench.cluster import bench_nodes, report_nodes
 
     return run_and_report(args, bench_nodes, report_nodes)
 
@@ -593,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.frontier or args.hashset:
         return state_bench(args)
-    from .cli import setup_logging
+    from larbinpy.cli import setup_logging
 
     setup_logging(-1)  # warnings only: logging must not cost the crawl CPU
     if args.nodes:
