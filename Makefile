@@ -12,12 +12,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e .
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) -m pip install -q -e '.[test]'
+# One stamp per extra (pyproject.toml): `make run` needs the demo's, `make bench*` the bench's.
+$(VENV)/.installed-%: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[$*]'
 	touch $@
 
 ## run: crawl the local demo web (served on loopback by the demo itself) with the shipped larbin.conf
-run: $(VENV)/.installed
+run: $(VENV)/.installed-demo
 	$(PY) -m larbinpy.demo.demoweb -- $(VENV)/bin/larbinpy -c $(CONF) --scratch
 
 ## test: the whole suite (< 5 minutes), plus ruff
@@ -30,19 +31,19 @@ test-slow: $(VENV)/.installed-test
 	$(PY) -m pytest -q -m slow
 
 ## bench: crawl a synthetic local web and print pages/s, CPU per page, RSS, ratio to a bare fetch loop
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed-bench
 	$(VENV)/bin/larbinpy bench
 
 ## bench-small: issue 9's web, 50 hosts x 80 pages of 10 kB with 20 links each; five crawl/floor pairs, the median shown
-bench-small: $(VENV)/.installed
+bench-small: $(VENV)/.installed-bench
 	$(VENV)/bin/larbinpy bench --hosts 50 --pages 80 --page-bytes 10000 --links 20 --repeat 5
 
 ## bench-hosts: 10,000 hosts x 5 pages (one DNS query and one robots.txt fetch per host)
-bench-hosts: $(VENV)/.installed
+bench-hosts: $(VENV)/.installed-bench
 	$(VENV)/bin/larbinpy bench --hosts 10000 --pages 5
 
 ## bench-polite: 500 hosts, waitDuration 1, one connection per host (ideal: 500 pages/s)
-bench-polite: $(VENV)/.installed
+bench-polite: $(VENV)/.installed-bench
 	$(VENV)/bin/larbinpy bench --hosts 500 --pages 10 --per-host 1 --wait 1 --no-floor
 
 ## bench-all: the default, --output none, bench-small, bench-hosts and bench-polite, one after the other

@@ -7,30 +7,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import logging.handlers
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from larbinpy.config import Config, ConfigError, describe, load_config
 from larbinpy.frontier.state import StateError
-from larbinpy.runtime import run_loop, tune_gc
+from larbinpy.runtime import missing_extra, run_loop, setup_logging, tune_gc
 
 log = logging.getLogger("larbinpy")
-
-
-def setup_logging(verbosity: int, log_file: str | None = None) -> None:
-    """Logs to stderr (or logFile): WARNING with -q, INFO by default, DEBUG with -v."""
-    level = logging.DEBUG if verbosity > 0 else logging.INFO if verbosity == 0 else logging.WARNING
-    handler: logging.Handler = (
-        # WatchedFileHandler reopens the file when logrotate moved it; SIGHUP forces it too
-        logging.handlers.WatchedFileHandler(log_file) if log_file
-        else logging.StreamHandler(sys.stderr)
-    )
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
 
 
 def check_runtime(cfg: Config) -> None:
@@ -112,6 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return submit_main(argv[1:])
         if argv and argv[0] == "bench":
+            if problem := missing_extra("larbinpy bench", "bench", "dnslib"):
+                print(problem, file=sys.stderr)
+                return 1
             from larbinpy.bench.measure import main as bench_main
 
             return bench_main(argv[1:])

@@ -1,4 +1,5 @@
-"""Process set-up shared by the daemon and the benchmark: event loop, allocator, collector.
+"""Process set-up shared by the daemon and the benchmark: logging, event loop, allocator,
+collector, and the check that an optional extra (`pip install 'larbinpy[EXTRA]'`) is there.
 
 Every stage runs on the one loop this module starts (uvloop when installed, else asyncio's own).
 Before it starts, glibc's allocator is told to keep some freed heap: lexbor builds a tree of about
@@ -15,16 +16,45 @@ import asyncio
 import ctypes
 import ctypes.util
 import gc
+import importlib.util
+import logging
+import logging.handlers
 import platform
+import sys
 from collections.abc import Coroutine
 from typing import Any
 
-__all__ = ["HEAP_PAD", "MMAP_THRESHOLD", "run_loop", "tune_allocator", "tune_gc"]
+__all__ = ["HEAP_PAD", "MMAP_THRESHOLD", "missing_extra", "run_loop", "setup_logging",
+           "tune_allocator", "tune_gc"]
 
 HEAP_PAD = 16 * 1024 * 1024
 MMAP_THRESHOLD = 1024 * 1024
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # mallopt numbers, <malloc.h>
 _tuned = False
+
+
+def setup_logging(verbosity: int, log_file: str | None = None) -> None:
+    """Logs to stderr (or logFile): WARNING with -q, INFO by default, DEBUG with -v."""
+    level = logging.DEBUG if verbosity > 0 else logging.INFO if verbosity == 0 else logging.WARNING
+    handler: logging.Handler = (
+        # WatchedFileHandler reopens the file when logrotate moved it; SIGHUP forces it too
+        logging.handlers.WatchedFileHandler(log_file) if log_file
+        else logging.StreamHandler(sys.stderr)
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def missing_extra(what: str, extra: str, *modules: str) -> str | None:
+    """None when every module is installed, else a one-line message: `what` needs them and
+    `pip install 'larbinpy[extra]'` brings them (the crawler's own dependencies do not)."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not missing:
+        return None
+    return (f"{what} needs {' and '.join(missing)}, which is not installed: "
+            f"pip install 'larbinpy[{extra}]'")
 
 
 def tune_allocator() -> bool:

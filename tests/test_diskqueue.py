@@ -9,13 +9,17 @@ import subprocess
 import sys
 import time
 import tracemalloc
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from larbinpy.frontier import diskqueue
-from larbinpy.frontier.diskqueue import DiskFrontier, SegmentFifo, SiteSpill, bench_frontier
+from larbinpy.frontier.diskqueue import DiskFrontier, SegmentFifo, SiteSpill
+from larbinpy.frontier.joblines import decode_job, encode_jobs
 from larbinpy.frontier.state import StateDir, StateError
 from larbinpy.records import Job
 
@@ -134,6 +138,68 @@ def test_old_job_lines_still_parse_and_untagged_lines_are_unchanged(tmp_path: Pa
         f.write(b"0\t4\t0\thttp://h.test/old\n0\t4\t1:9:0:0\thttp://h.test/new\n")
     assert list(SegmentFifo(tmp_path, "q").jobs())[1:] == [
         Job("http://h.test/old", 4, 0, 0), Job("http://h.test/new", 4, 0, 1, tag=9)]
+
+
+# The bytes every larbinpy so far wrote for TAGGED: FIFO segments, spill files and checkpoints
+# all hold these lines, so state written before a change of this code must still load after it.
+TAGGED_LINES = (b"1\t3\t2:42:0:0\thttp://h.test/t\n0\t2\t0:0:1:0\thttp://h.test/s.xml\n"
+                b"0\t1\t0:-7:0:2\thttp://h.test/r\n0\t5\t0\thttp://h.test/plain\n")
+
+
+def test_fifo_spill_and_checkpoint_write_the_same_job_lines(tmp_path: Path) -> None:
+    fifo = SegmentFifo(tmp_path / "f", "q")
+    fifo.push(TAGGED)
+    fifo.flush()
+    assert segments(tmp_path / "f")[0].read_bytes() == TAGGED_LINES
+    spill = SiteSpill(tmp_path / "s")
+    spill.push("h.test", TAGGED)
+    spill.flush()
+    (spill_file,) = (tmp_path / "s").glob("*.spill")
+    assert spill_file.read_bytes().endswith(TAGGED_LINES)  # after the file's header line
+    state = StateDir(str(tmp_path / "st"), {}, scratch=True)
+    state.write_checkpoint({0: (0, 0)}, {}, TAGGED)
+    body = b'{"frontier":{"0":[0,0]},"spill":{}}\n' + TAGGED_LINES
+    assert (tmp_path / "st" / "checkpoint").read_bytes() == (
+        b"larbinpy-checkpoint 2\n" + body + f"end 5 {zlib.crc32(body)}\n".encode())
+
+
+def test_a_checkpoint_written_by_hand_in_the_format_loads(tmp_path: Path) -> None:
+    body = b'{"frontier":{"1":[3,120]},"spill":{"h.test":[0,40]}}\n' + TAGGED_LINES
+    state = StateDir(str(tmp_path), {}, scratch=True)
+    (tmp_path / "checkpoint").write_bytes(
+        b"larbinpy-checkpoint 2\n" + body + f"end 5 {zlib.crc32(body)}\n".encode())
+    saved = state.load()
+    assert (saved.frontier, saved.spill, saved.jobs) == ({1: (3, 120)}, {"h.test": (0, 40)}, TAGGED)
+
+
+@given(st.lists(st.builds(
+    Job, st.text(st.characters(blacklist_characters="\n", blacklist_categories=("Cs",))),
+    st.integers(-2**40, 2**40), st.integers(-9, 9), st.integers(0, 20), st.integers(-5, 5),
+    st.integers(0, 1), st.integers(0, 9))))
+def test_every_job_line_decodes_to_the_job_it_encodes(jobs: list[Job]) -> None:
+    lines = encode_jobs(jobs).encode("utf-8", "surrogateescape").split(b"\n")
+    assert lines[-1] == b"" and [decode_job(line) for line in lines[:-1]] == jobs
+
+
+@pytest.mark.parametrize("line", [b"", b"1\t2\t3", b"x\t2\t3\thttp://h.test/",
+                                  b"1\t2\t3:4\thttp://h.test/", b"1\t2\t3:4:5:x\thttp://h.test/"])
+def test_a_malformed_job_line_is_a_value_error(line: bytes) -> None:
+    with pytest.raises(ValueError):
+        decode_job(line)
+
+
+def test_damage_after_open_stops_pop_at_the_damaged_line(tmp_path: Path) -> None:
+    fifo = SegmentFifo(tmp_path, "q")
+    fifo.push(make(3))
+    fifo.flush()
+    seg = segments(tmp_path)[0]
+    data = bytearray(seg.read_bytes())
+    second = data.index(b"\n") + 1
+    data[second:second + 1] = b"x"
+    seg.write_bytes(bytes(data))  # the file was checked when the FIFO opened: pop finds it
+    assert fifo.pop() == make(1)[0]
+    with pytest.raises(StateError, match=rf"{seg.name}: malformed job line at byte {second};"):
+        fifo.pop()
 
 
 def test_a_url_with_a_newline_is_refused(tmp_path: Path) -> None:
@@ -517,10 +583,3 @@ def test_memory_stays_small_with_100k_jobs_queued(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_memory_stays_small_with_a_million_jobs_over_10k_sites(tmp_path: Path) -> None:
     check_bounded_memory(tmp_path, 1_000_000, 10_000, limit_mb=30)
-
-
-def test_bench_frontier_reports_rates_and_rss(tmp_path: Path) -> None:
-    result = bench_frontier(n=5000, sites=50, directory=tmp_path)
-    for key in ("frontier_push_per_s", "frontier_pop_per_s", "spill_push_per_s",
-                "spill_pop_per_s", "peak_rss_mb"):
-        assert result[key] > 0

@@ -31,8 +31,8 @@ from typing import Any
 
 import redis
 
+from larbinpy.bench.harness import HASH_BITS, HASH_FUNCTIONS, SynthServer
 from larbinpy.bench.localredis import LocalRedis, _free_port
-from larbinpy.bench.measure import HASH_BITS, HASH_FUNCTIONS, SynthServer
 from larbinpy.bench.synth import host_name
 
 READY_TIMEOUT = 30.0

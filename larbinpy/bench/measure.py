@@ -14,6 +14,9 @@ The floor is measured in the same run, on the same machine and against the same 
 so the crawl/floor ratios cancel out the machine's speed and the server's cost: they show what
 the crawler itself adds on top of fetching. The crawl runs first because peak RSS
 (ru_maxrss) is a process-lifetime figure; measured first, it is the crawl's peak.
+
+Other modes: `--nodes` (clusters of processes, `cluster.py`) and `--micro`, `--frontier`,
+`--hashset` (one structure alone, `micro.py`).
 """
 
 from __future__ import annotations
@@ -24,8 +27,6 @@ import json
 import os
 import resource
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,18 +37,10 @@ from typing import Any
 
 import aiohttp
 
+from larbinpy.bench.harness import HASH_BITS, HASH_FUNCTIONS, SynthServer
 from larbinpy.bench.synth import host_ip, host_name, synth_urls
 from larbinpy.demo.web import StaticResolver
-from larbinpy.runtime import run_loop, tune_allocator, tune_gc
-
-READY_TIMEOUT = 30.0
-STOP_TIMEOUT = 5.0
-# larbin's one-function bitmap, as configured by default: n URLs lose about n^2 / (2 * bits)
-# to false positives (~0.75 of 20,000 in 2^28 bits; a warning says so when it happens). A
-# larger bitmap would cost RSS (every seen URL touches a page of the mapped file); two
-# functions cost a second hash and a second page touch per link.
-HASH_BITS = 1 << 28
-HASH_FUNCTIONS = 1
+from larbinpy.runtime import missing_extra, run_loop, setup_logging, tune_allocator, tune_gc
 
 
 @dataclass
@@ -105,64 +98,6 @@ def measured(make_coro: Callable[[], Awaitable[int]]) -> tuple[int, float, float
     return result, wall, cpu1 - cpu0, sys1 - sys0
 
 
-# --- the synthetic web, in its own process ---
-
-
-class SynthServer:
-    """`python -m larbinpy.bench.synth serve` as a child process; a context manager."""
-
-    def __init__(self, hosts: int, pages: int, workdir: Path, *, page_bytes: int = 15000,
-                 links: int = 40) -> None:
-        self.hosts, self.pages = hosts, pages
-        self.page_bytes, self.links = page_bytes, links
-        self.ready_file = workdir / "synth.ready"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.http_port = self.dns_port = 0
-
-    def __enter__(self) -> SynthServer:
-        """Start the server and wait until it listens (RuntimeError if it does not)."""
-        cmd = [sys.executable, "-m", "larbinpy.bench.synth", "serve",
-               "--hosts", str(self.hosts), "--pages", str(self.pages),
-               "--page-bytes", str(self.page_bytes), "--links", str(self.links),
-               "--http-port", "0", "--dns-port", "0", "--ready-file", str(self.ready_file)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        """Always stop the server."""
-        self.stop()
-
-    def _wait_ready(self) -> None:
-        """Poll the ready file for `HTTP_PORT DNS_PORT`, bounded by READY_TIMEOUT."""
-        assert self.proc is not None
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"synthetic web exited with code {self.proc.returncode}")
-            if self.ready_file.exists():
-                http_port, dns_port = self.ready_file.read_text().split()
-                self.http_port, self.dns_port = int(http_port), int(dns_port)
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"synthetic web not ready after {READY_TIMEOUT:.0f} s")
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL if it does not exit within STOP_TIMEOUT."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 # --- the crawl ---
 
 
@@ -208,7 +143,7 @@ def run_crawl(config_text: str, workdir: Path,
 
     # The process's one-off start-up is not the crawl's: like the imports above (and the
     # floor's), importing the event loop (which run_loop does lazily), tuning the allocator
-    # and the collector (a full collection of everything imported, ~25 ms) happen before the
+    # and the collector (a full collection of everything imported) happen before the
     # measure. `larbinpy -c` tunes the collector once its crawler is built, so there the
     # crawler's own objects are frozen too; here they are not, which can only cost the crawl.
     loop_name()
@@ -424,6 +359,9 @@ def parser() -> argparse.ArgumentParser:
                    help="waitDuration: > 0 measures politeness (use --per-host 1); the ideal "
                         "is one page per host every WAIT seconds [0]")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--micro", action="store_true",
+                   help="instead: the URL normalizer (µs per link) and the link extractor (µs "
+                        "per page) alone, on pages made in memory")
     p.add_argument("--frontier", type=int, metavar="N", default=0,
                    help="instead: push then pop N URLs through the disk frontier and the "
                         "per-site spill (100,000 sites)")
@@ -432,35 +370,12 @@ def parser() -> argparse.ArgumentParser:
                         "false-positive rate on 1,000,000 other URLs against the formula")
     p.add_argument("--nodes", metavar="N[,N...]", default="",
                    help="instead: one larbinpy process (embedded), then clusters of N processes "
-                        "sharing a local redis-server (larbinpy/cluster/bench.py)")
+                        "sharing a local redis-server (larbinpy/bench/cluster.py)")
     p.add_argument("--repeat", type=int, default=1, metavar="R",
                    help="crawl and floor R times, alternating, against one server; report "
                         "the pair with the median CPU ratio and every pair's range (with "
                         "--nodes: every configuration R times, interleaved; the medians) [1]")
     return p
-
-
-def bench_hashset(n: int, bits: int = 1 << 28, probes: int = 1_000_000) -> dict[str, Any]:
-    """Insert n URLs (batches of 1,000: test then set, as the input stage does); measure the
-    throughput and the false-positive rate on URLs never inserted."""
-    from larbinpy.frontier.seen import BitmapSeenSet, false_positive_rate
-
-    result: dict[str, Any] = {"urls": n, "bits": bits}
-    for k in (1, 7):
-        with tempfile.TemporaryDirectory(prefix="larbinpy-hash-") as tmp:
-            seen = BitmapSeenSet(Path(tmp) / "seen.bitmap", bits, k)
-            start = time.perf_counter()
-            for base in range(0, n, 1000):
-                batch = [f"http://h{i % 100_003}.example.org/p/{i}" for i in
-                         range(base, min(base + 1000, n))]
-                seen.add(seen.missing(batch))
-            rate = n / (time.perf_counter() - start)
-            others = [f"http://other{i}.example.net/q/{i}" for i in range(probes)]
-            measured = 1 - len(seen.missing(others)) / probes
-            seen.close()
-        result[f"k{k}"] = {"urls_per_s": round(rate), "false_positive_rate": measured,
-                           "formula": false_positive_rate(bits, k, n)}
-    return result
 
 
 def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -534,20 +449,26 @@ def bench_pair(args: argparse.Namespace, server: SynthServer, workdir: Path) -> 
 
 
 def state_bench(args: argparse.Namespace) -> int:
-    """`--frontier N` / `--hashset N`: the state structures alone, no network."""
-    result: dict[str, Any] = {}
-    if args.frontier:
-        from larbinpy.frontier.diskqueue import bench_frontier
+    """`--micro` / `--frontier N` / `--hashset N`: single structures alone (`micro.py`)."""
+    from larbinpy.bench import micro
 
-        result["frontier"] = bench_frontier(args.frontier, 100_000)
+    result: dict[str, Any] = {}
+    if args.micro:
+        result["urls"] = micro.bench_urls()
+        result["extract"] = micro.bench_extract()
+    if args.frontier:
+        result["frontier"] = micro.bench_frontier(args.frontier, 100_000)
     if args.hashset:
-        result["hashset"] = bench_hashset(args.hashset)
+        result["hashset"] = micro.bench_hashset(args.hashset)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 
 
 def nodes_bench(args: argparse.Namespace) -> int:
-    """`--nodes 1,2`: processes against the embedded default (see cluster/bench.py)."""
+    """`--nodes 1,2`: processes against the embedded default (see `cluster.py`)."""
+    if problem := missing_extra("larbinpy bench --nodes", "bench", "redis"):
+        print(problem, file=sys.stderr)
+        return 1
     from larbinpy.bench.cluster import bench_nodes, report_nodes
 
     return run_and_report(args, bench_nodes, report_nodes)
@@ -558,9 +479,9 @@ def default_dir(candidate: str = "/dev/shm", room: int = 2 << 30) -> str | None:
     folder with `room` bytes free, else None (the system's temporary directory).
 
     Why memory: the figure should be the crawler's cost, the same from one run to the next. On
-    a disk, creating a file can cost 10x more right after many were deleted (ext4 without a
-    journal skips inodes freed in the last 60-300 s, scanning past each): each bench run
-    deletes its 20,000 files and slows the next. `--dir /tmp` measures a disk on purpose."""
+    a disk, creating a file can cost many times more right after many were deleted (ext4
+    without a journal skips recently freed inodes, scanning past each): each bench run
+    deletes its files and slows the next. `--dir /tmp` measures a disk on purpose."""
     try:
         free = os.statvfs(candidate)
     except OSError:
@@ -591,10 +512,8 @@ def run_and_report(
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `larbinpy bench`; 0 on success, 1 if the server or the crawl fails."""
     args = parser().parse_args(argv)
-    if args.frontier or args.hashset:
+    if args.micro or args.frontier or args.hashset:
         return state_bench(args)
-    from larbinpy.cli import setup_logging
-
     setup_logging(-1)  # warnings only: logging must not cost the crawl CPU
     if args.nodes:
         return nodes_bench(args)

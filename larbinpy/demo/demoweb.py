@@ -22,10 +22,14 @@ import re
 import signal
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from urllib.parse import urldefrag, urljoin
 
-from larbinpy.demo.dnsserver import DnsServer, start_dns_for
 from larbinpy.demo.web import LocalWeb, Page, Site, redirect
+from larbinpy.runtime import missing_extra
+
+if TYPE_CHECKING:
+    from larbinpy.demo.dnsserver import DnsServer
 
 DEMO_DNS_PORT = 15353
 DEMO_HTTP_PORT = 18080
@@ -289,6 +293,8 @@ def _pages_count(sites: list[Site]) -> int:
 async def start_demo(http_port: int = DEMO_HTTP_PORT, dns_port: int = DEMO_DNS_PORT,
                      record: bool = True) -> tuple[LocalWeb, DnsServer]:
     """Start the demo HTTP and DNS servers (port 0 = any free port)."""
+    from larbinpy.demo.dnsserver import start_dns_for  # dnslib: the `demo` extra
+
     sites = demo_sites(http_port)
     web = LocalWeb(sites, port=http_port, record=record)
     await web.start()
@@ -385,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(opts)
     if not cmd and not args.serve_only:
         p.error("give a command after --, or --serve-only")
+    if problem := missing_extra("larbinpy demo", "demo", "dnslib"):
+        print(problem, file=sys.stderr)
+        return 1
     return asyncio.run(_main(args, cmd))
 
 

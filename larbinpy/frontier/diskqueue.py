@@ -7,7 +7,7 @@ depends on the number of priorities and sites, never on the number of queued URL
 
 Crash contract (shared by both classes):
 - every file holds whole job lines (`priority\\tdepth\\thops\\turl\\n`, the hops field being
-  `hops:tag:kind:retries` for tagged, sitemap or retried jobs, as in `state.py`), only
+  `hops:tag:kind:retries` for tagged, sitemap or retried jobs: `joblines.py`), only
   ever appended; once `flush()` returns, the bytes are in the kernel, so a `kill -9` keeps them
   (no fsync on the hot path; `sync()` fsyncs, for the checkpoint and power loss);
 - a read cursor is `(file number, byte offset of the next job)`: the checkpoint saves cursors
@@ -24,9 +24,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import resource
-import tempfile
-import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from itertools import islice
@@ -34,7 +31,8 @@ from pathlib import Path
 
 import xxhash
 
-from larbinpy.frontier.state import StateError, fsync_dir, hops_field, make_job
+from larbinpy.frontier.joblines import decode_job, encode_jobs
+from larbinpy.frontier.state import StateError, fsync_dir
 from larbinpy.records import Job
 
 SEGMENT_BYTES = 4 << 20  # a FIFO segment is closed past this size ...
@@ -59,16 +57,6 @@ _SPILL = re.compile(r"([0-9a-f]{32})\.([0-9]+)\.spill")
 # --- lines and files ---
 
 
-def _encode(jobs: list[Job]) -> str:
-    """Job lines as one string; refuses a URL with a newline, which would split its line."""
-    text = "".join([
-        f"{j.priority}\t{j.depth}\t{hops_field(j) if j.tag or j.kind or j.retries else j.hops}"
-        f"\t{j.url}\n" for j in jobs])
-    if text.count("\n") != len(jobs):
-        raise ValueError("a job URL contains a newline")
-    return text
-
-
 def _chunks(jobs: Iterable[Job]) -> Iterator[list[Job]]:
     """Lists of at most BATCH jobs (bounded memory when given a generator)."""
     if isinstance(jobs, list) and len(jobs) <= BATCH:  # the common case, without copying
@@ -82,10 +70,9 @@ def _chunks(jobs: Iterable[Job]) -> Iterator[list[Job]]:
 
 def _parse(line: bytes, path: Path | str, offset: int) -> Job:
     """One job line (without its newline); StateError names the file and offset if malformed."""
-    parts = line.split(b"\t", 3)
     try:
-        return make_job(parts[3].decode("utf-8", "surrogateescape"), parts[0], parts[1], parts[2])
-    except (IndexError, ValueError):
+        return decode_job(line)
+    except ValueError:
         raise StateError(f"{path}: malformed job line at byte {offset}; use --scratch") from None
 
 
@@ -236,7 +223,7 @@ class SegmentFifo:
                 # Cut the batch where the segment is full, so segments rotate on time.
                 room = max(1, SEGMENT_JOBS - self._wjobs - self._buf_jobs)
                 part, batch = (batch, []) if len(batch) <= room else (batch[:room], batch[room:])
-                text = _encode(part)
+                text = encode_jobs(part)
                 self._buf.append(text)
                 self._buf_chars += len(text)
                 self._buf_jobs += len(part)
@@ -298,17 +285,12 @@ class SegmentFifo:
             i = 0
         line = self._lines[i]
         self._li = i + 1
-        offset = self._roff
-        self._roff = offset + len(line) + 1
+        self._roff += len(line) + 1
         self._count -= 1
-        parts = line.split(b"\t", 3)
         try:
-            url = parts[3].decode("utf-8", "surrogateescape")
-            try:
-                return Job(url, int(parts[1]), int(parts[0]), int(parts[2]))
-            except ValueError:  # a tagged, sitemap or retried job (`hops:tag:kind:retries`)
-                return make_job(url, parts[0], parts[1], parts[2])
-        except (IndexError, ValueError):
+            return decode_job(line)
+        except ValueError:
+            offset = self._roff - len(line) - 1
             raise StateError(f"{self._path(self._rseq)}: malformed job line at byte {offset}; "
                              "use --scratch") from None
 
@@ -623,7 +605,7 @@ class SiteSpill:
             if "\n" in site_key:
                 raise ValueError("site key contains a newline")
             site = self._sites[site_key] = _Spilled()
-        text = _encode(jobs)
+        text = encode_jobs(jobs)
         if site.pending is None:
             site.pending = [text]
             self._dirty[site_key] = site
@@ -741,69 +723,3 @@ class SiteSpill:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
-
-
-# --- benchmark ---
-
-
-def _bench_pool(sites: int) -> list[list[Job]]:
-    """64 batches of 1,024 synthetic jobs over `sites` sites and 3 priorities, reused in turn."""
-    return [[Job(f"http://site{i % sites}.example.com/dir/page{i}.html", 5, i // BATCH % 3)
-             for i in range(b * BATCH, (b + 1) * BATCH)] for b in range(64)]
-
-
-def _rate(n: int, seconds: float) -> float:
-    """Jobs per second."""
-    return n / seconds if seconds > 0 else float("inf")
-
-
-def bench_frontier(n: int = 10_000_000, sites: int = 100_000,
-                   directory: Path | None = None) -> dict[str, float]:
-    """Push then pop n jobs through DiskFrontier, then SiteSpill: URLs/s each way, peak RSS.
-
-    Jobs come from a small pool made beforehand, so the rates are the queues' own cost. The
-    spill receives one job at a time, round-robin over the sites (its worst case: one small
-    append per site per buffer flush).
-    """
-    pool = _bench_pool(sites)
-    keys = [[j.url[7:j.url.index("/", 7)] for j in batch] for batch in pool]
-    result: dict[str, float] = {"jobs": n, "sites": sites}
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        frontier = DiskFrontier(Path(tmp) / "frontier")
-        t0 = time.perf_counter()
-        for b, start in enumerate(range(0, n, BATCH)):
-            frontier.push(pool[b % 64][: n - start])
-        frontier.flush()
-        t1 = time.perf_counter()
-        popped = 0
-        while frontier.pop() is not None:
-            popped += 1
-        result["frontier_push_per_s"] = _rate(n, t1 - t0)
-        result["frontier_pop_per_s"] = _rate(popped, time.perf_counter() - t1)
-        frontier.close()
-        assert popped == n, (popped, n)
-        spill = SiteSpill(Path(tmp) / "spill")
-        t0 = time.perf_counter()
-        for b, start in enumerate(range(0, n, BATCH)):
-            for key, job in zip(keys[b % 64][: n - start], pool[b % 64], strict=False):
-                spill.push(key, [job])
-        spill.flush()
-        t1 = time.perf_counter()
-        popped = 0
-        for s in range(sites):
-            while batch := spill.pop_many(f"site{s}.example.com", 100):
-                popped += len(batch)
-        result["spill_push_per_s"] = _rate(n, t1 - t0)
-        result["spill_pop_per_s"] = _rate(popped, time.perf_counter() - t1)
-        spill.close()
-        assert popped == n, (popped, n)
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return result
-
-
-if __name__ == "__main__":
-    import json
-    import sys
-
-    args = [int(a) for a in sys.argv[1:3]]
-    print(json.dumps({k: round(v, 1) for k, v in bench_frontier(*args).items()}, indent=1))

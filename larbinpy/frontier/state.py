@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from larbinpy.frontier.joblines import decode_job, encode_jobs
 from larbinpy.records import Job
 
 FORMAT = 2
@@ -48,46 +49,12 @@ class Saved:
     fresh: bool = True  # no checkpoint at all: a new crawl
 
 
-def hops_field(job: Job) -> str:
-    """The third field of a job line: `hops`, or `hops:tag:kind:retries` when one is set.
-
-    Lines of untagged page jobs are exactly the old `priority\tdepth\thops\turl` format, and
-    old lines parse unchanged (the URL stays last, so it may hold any character but a newline).
-    """
-    if job.tag or job.kind or job.retries:
-        return f"{job.hops}:{job.tag}:{job.kind}:{job.retries}"
-    return str(job.hops)
-
-
-def parse_hops(text: str | bytes) -> tuple[int, int, int, int]:
-    """(hops, tag, kind, retries) of a third field; ValueError when malformed."""
-    parts = text.split(b":" if isinstance(text, bytes) else ":")
-    if len(parts) != 4:
-        raise ValueError(f"bad hops field {text!r}")
-    return int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3])
-
-
-def make_job(url: str, priority: str | bytes, depth: str | bytes, hops: str | bytes) -> Job:
-    """A Job from the fields of a line; ValueError when a number is malformed."""
-    try:
-        return Job(url, int(depth), int(priority), int(hops))
-    except ValueError:  # the rare tagged (or sitemap) job: only it pays for the split
-        h, tag, kind, retries = parse_hops(hops)
-        return Job(url, int(depth), int(priority), h, tag, kind, retries)
-
-
-def _line(job: Job) -> str:
-    """A job as one text line: priority, depth, hops[:tag:kind:retries], URL."""
-    return f"{job.priority}\t{job.depth}\t{hops_field(job)}\t{job.url}\n"
-
-
 def _job(line: str) -> Job | None:
-    """Parse one job line; None for a malformed line."""
-    parts = line.rstrip("\n").split("\t", 3)
-    if len(parts) != 4 or not line.endswith("\n"):
+    """Parse one checkpoint line (a job line, see joblines.py); None for a malformed line."""
+    if not line.endswith("\n"):
         return None
     try:
-        return make_job(parts[3], parts[0], parts[1], parts[2])
+        return decode_job(line[:-1].encode("utf-8", "surrogateescape"))
     except ValueError:
         return None
 
@@ -165,7 +132,7 @@ class StateDir:
     ) -> None:
         """Durably replace the checkpoint (temporary file, fsync, rename, fsync the folder)."""
         cursors = json.dumps({"frontier": frontier, "spill": spill}, separators=(",", ":"))
-        body = (cursors + "\n" + "".join(map(_line, jobs))).encode("utf-8", "surrogateescape")
+        body = (cursors + "\n" + encode_jobs(list(jobs))).encode("utf-8", "surrogateescape")
         crc, count = zlib.crc32(body), body.count(b"\n")
         tmp = self.root / "checkpoint.tmp"
         with open(tmp, "wb") as f:

@@ -74,32 +74,3 @@ def extract_links(
         base = normalizer.resolve(page_url, base_href) or page_url
     # past max_links, the rest is counted (distinct raw hrefs), not resolved
     return normalizer.resolve_upto(base, hrefs, max_links)
-
-
-def _benchmark(pages: int = 500) -> None:
-    """Print µs/page for ~15 KB pages with 40 links (25 site nav, 10 relative, 5 external)."""
-    import time
-
-    nav = "".join(f'<li><a href="/section/{k}/">Section {k}</a></li>' for k in range(25))
-    text = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor. " * 3
-
-    def page(i: int) -> bytes:
-        body = [f'<p>{text}<a href="article-{i}-{k}.html">more</a></p>' for k in range(10)]
-        body += [f'<a href="https://ext{k}.example.org/p/{i}">ext</a>' for k in range(5)]
-        return (
-            '<!doctype html><html><head><meta charset="utf-8"><title>t</title></head><body>'
-            f"<nav><ul>{nav}</ul></nav><main>{''.join(body)}</main>"
-            f"<footer><p>{text * 45}</p></footer></body></html>"
-        ).encode()
-
-    bodies = [page(i) for i in range(pages)]
-    norm = Normalizer()
-    start = time.perf_counter()
-    for i, body in enumerate(bodies):
-        extract_links(body, f"https://www.example.com/blog/p{i}.html", norm)
-    per_page = (time.perf_counter() - start) / pages * 1e6
-    print(f"{len(bodies[0]) / 1000:.1f} KB page, 40 links: {per_page:.0f} µs/page")
-
-
-if __name__ == "__main__":
-    _benchmark()

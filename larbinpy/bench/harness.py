@@ -1,0 +1,78 @@
+"""What every `larbinpy bench` mode shares: the synthetic web run as a child process, and the
+hash-set settings of the crawls measured.
+
+The synthetic web (`larbinpy.bench.synth`) runs in its own process so that serving it costs
+the measuring process nothing: the CPU figures are the crawler's (or the bare fetch loop's).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+READY_TIMEOUT = 30.0
+STOP_TIMEOUT = 5.0
+# larbin's one-function bitmap, as configured by default: n URLs lose about n^2 / (2 * bits)
+# to false positives (a warning says so when it happens). A larger bitmap would cost RSS (every
+# seen URL touches a page of the mapped file); two functions cost a second hash and a second
+# page touch per link.
+HASH_BITS = 1 << 28
+HASH_FUNCTIONS = 1
+
+
+class SynthServer:
+    """`python -m larbinpy.bench.synth serve` as a child process; a context manager."""
+
+    def __init__(self, hosts: int, pages: int, workdir: Path, *, page_bytes: int = 15000,
+                 links: int = 40) -> None:
+        self.hosts, self.pages = hosts, pages
+        self.page_bytes, self.links = page_bytes, links
+        self.ready_file = workdir / "synth.ready"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.http_port = self.dns_port = 0
+
+    def __enter__(self) -> SynthServer:
+        """Start the server and wait until it listens (RuntimeError if it does not)."""
+        cmd = [sys.executable, "-m", "larbinpy.bench.synth", "serve",
+               "--hosts", str(self.hosts), "--pages", str(self.pages),
+               "--page-bytes", str(self.page_bytes), "--links", str(self.links),
+               "--http-port", "0", "--dns-port", "0", "--ready-file", str(self.ready_file)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Always stop the server."""
+        self.stop()
+
+    def _wait_ready(self) -> None:
+        """Poll the ready file for `HTTP_PORT DNS_PORT`, bounded by READY_TIMEOUT."""
+        assert self.proc is not None
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"synthetic web exited with code {self.proc.returncode}")
+            if self.ready_file.exists():
+                http_port, dns_port = self.ready_file.read_text().split()
+                self.http_port, self.dns_port = int(http_port), int(dns_port)
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"synthetic web not ready after {READY_TIMEOUT:.0f} s")
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it does not exit within STOP_TIMEOUT."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

@@ -1,0 +1,40 @@
+"""The job line: how a queued Job is written in the disk FIFOs, the spill files and the checkpoint.
+
+One line per job, `priority\\tdepth\\thops\\turl\\n`. The hops field is `hops:tag:kind:retries`
+when the job is tagged, a sitemap or a retry; lines of plain page jobs keep larbinpy's first
+format, so state written by any larbinpy since then still loads. The URL is last, so it may hold
+any character but a newline (a tab included). `encode_jobs` runs for every URL pushed and
+`decode_job` for every URL popped: both stay plain enough to be cheap on that path.
+"""
+
+from __future__ import annotations
+
+from larbinpy.records import Job
+
+__all__ = ["decode_job", "encode_jobs"]
+
+
+def _hops_field(job: Job) -> str:
+    """`hops:tag:kind:retries`, the third field of a tagged, sitemap or retried job."""
+    return f"{job.hops}:{job.tag}:{job.kind}:{job.retries}"
+
+
+def encode_jobs(jobs: list[Job]) -> str:
+    """Job lines as one string; ValueError for a URL with a newline, which would split its line."""
+    text = "".join([
+        f"{j.priority}\t{j.depth}\t{_hops_field(j) if j.tag or j.kind or j.retries else j.hops}"
+        f"\t{j.url}\n" for j in jobs])
+    if text.count("\n") != len(jobs):
+        raise ValueError("a job URL contains a newline")
+    return text
+
+
+def decode_job(line: bytes) -> Job:
+    """One job line without its newline; ValueError when it is malformed."""
+    priority, depth, hops, url = line.split(b"\t", 3)  # ValueError when fields are missing
+    try:
+        return Job(url.decode("utf-8", "surrogateescape"), int(depth), int(priority), int(hops))
+    except ValueError:  # the rare tagged, sitemap or retried job: only it pays for the split
+        h, tag, kind, retries = hops.split(b":")
+        return Job(url.decode("utf-8", "surrogateescape"), int(depth), int(priority), int(h),
+                   int(tag), int(kind), int(retries))
