@@ -1,0 +1,160 @@
+"""What `pip install larbinpy` brings: the crawler and every output, without the tooling around it.
+
+redis (the `cluster` extra) and dnslib (the `demo` and `bench` extras) are not runtime
+dependencies: nothing the crawler imports may need them, and the commands that do need them say
+which extra to install instead of failing with a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import html
+from packaging.requirements import Requirement
+
+from larbinpy.demo import Site
+
+REPO = Path(__file__).resolve().parents[1]
+TOOLING = {"redis", "dnslib"}
+# Every module of the package but the tooling (bench, demo) and the cluster, which imports
+# redis and is only loaded when the `cluster` key is set; __main__ would run a crawl.
+# (Found from the files: pkgutil.walk_packages would import every package to walk it.)
+RUNTIME_MODULES = """
+import importlib, sys
+from pathlib import Path
+import larbinpy
+root = Path(larbinpy.__file__).parent
+skip = ("larbinpy.bench", "larbinpy.demo", "larbinpy.cluster", "larbinpy.__main__")
+names = [".".join(("larbinpy", *f.relative_to(root).with_suffix("").parts)).removesuffix(
+         ".__init__") for f in sorted(root.rglob("*.py"))]
+names = [n for n in names if not n.startswith(skip)]
+for name in names:
+    importlib.import_module(name)
+print(" ".join(names))
+print(" ".join(sorted({m.split(".")[0] for m in sys.modules})))
+"""
+
+
+def requirements() -> list[Requirement]:
+    """The installed distribution's requirements, as its metadata lists them."""
+    return [Requirement(r) for r in importlib.metadata.requires("larbinpy") or []]
+
+
+def extra_of(req: Requirement) -> str | None:
+    """The extra a requirement belongs to (None: a runtime dependency)."""
+    if req.marker is None or req.marker.evaluate({"extra": ""}):
+        return None
+    return next(e for e in ("cluster", "demo", "bench", "test")
+                if req.marker.evaluate({"extra": e}))
+
+
+def test_redis_and_dnslib_are_only_in_extras() -> None:
+    by_extra: dict[str | None, set[str]] = {}
+    for req in requirements():
+        by_extra.setdefault(extra_of(req), set()).add(req.name + "".join(sorted(req.extras)))
+    assert "aiohttp" in by_extra[None]
+    assert not TOOLING & by_extra[None], by_extra[None]
+    assert by_extra["cluster"] == {"redis"}
+    assert by_extra["demo"] == {"dnslib"}
+    assert by_extra["bench"] == {"larbinpyclusterdemo"}  # larbinpy[cluster,demo]
+    assert "larbinpybench" in by_extra["test"]
+
+
+def test_the_runtime_modules_import_without_redis_and_dnslib() -> None:
+    proc = subprocess.run([sys.executable, "-c", RUNTIME_MODULES], capture_output=True,
+                          text=True, timeout=120, check=True)
+    names, loaded = (line.split() for line in proc.stdout.splitlines())
+    for needed in ("larbinpy.cli", "larbinpy.crawler", "larbinpy.stages.dns",
+                   "larbinpy.outputs.warc", "larbinpy.net.client", "larbinpy.links.sitemaps",
+                   "larbinpy.frontier.diskqueue", "larbinpy.daemon.ports"):
+        assert needed in names
+    assert "aiohttp" in loaded and not TOOLING & set(loaded)
+
+
+def without(modules: list[str], code: str) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter where `modules` cannot be imported."""
+    block = "".join(f"sys.modules[{m!r}] = None; " for m in modules)
+    return subprocess.run([sys.executable, "-c", f"import sys; {block}\n{code}"],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(("blocked", "args", "extra"), [
+    (["dnslib"], ["bench"], "bench"),
+    (["dnslib"], ["bench", "--frontier", "10"], "bench"),
+    (["redis"], ["bench", "--nodes", "1", "--hosts", "1", "--pages", "1"], "bench"),
+])
+def test_bench_without_its_extra_says_which_to_install(
+    blocked: list[str], args: list[str], extra: str
+) -> None:
+    proc = without(blocked, f"from larbinpy.cli import main; sys.exit(main({args!r}))")
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{blocked[0]}" in proc.stderr and f"pip install 'larbinpy[{extra}]'" in proc.stderr
+
+
+def test_the_demo_without_its_extra_says_which_to_install() -> None:
+    proc = without(["dnslib"], "import runpy; sys.argv[1:] = ['--serve-only']; "
+                               "runpy.run_module('larbinpy.demo.demoweb', run_name='__main__')")
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "dnslib" in proc.stderr and "pip install 'larbinpy[demo]'" in proc.stderr
+
+
+def copy_tree(dest: Path) -> Path:
+    """What the distribution is built from, without the venv, caches or state of this tree."""
+    dest.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, dest / name)
+    shutil.copytree(REPO / "larbinpy", dest / "larbinpy",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+async def run(*cmd: str | Path, timeout: float = 600) -> tuple[int, str]:
+    """Run a command without blocking the loop (the test web keeps serving); (code, output)."""
+    proc = await asyncio.create_subprocess_exec(
+        *map(str, cmd), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace")
+
+
+@pytest.mark.slow
+async def test_a_plain_pip_install_crawls_with_every_output(make_web, tmp_path: Path) -> None:
+    """A fresh venv, `pip install .` without extras: `larbinpy -c` crawls a loopback web to
+    the end with every output; bench and the demo name their extra."""
+    venv = tmp_path / "venv"
+    code, out = await run(sys.executable, "-m", "venv", venv)
+    assert code == 0, out
+    py, src = venv / "bin" / "python", copy_tree(tmp_path / "src")
+    code, out = await run(py, "-m", "pip", "install", "-q", src)
+    assert code == 0, out[-3000:]
+    code, out = await run(py, "-c", "import importlib.util as u; "
+                                    "print([m for m in ('redis', 'dnslib') if u.find_spec(m)])")
+    assert (code, out) == (0, "[]\n")
+
+    tw = await make_web([
+        Site("a.test", "127.0.0.2", {"/x.html": html("/")}),
+        Site("b.test", "127.0.0.3", {"/": html("/y.html"), "/y.html": html()}),
+    ])
+    tw.web.sites["a.test"].pages["/"] = html("/x.html", tw.url("b.test"))  # the port is known
+    conf = tmp_path / "larbin.conf"
+    conf.write_text(tw.config_text(
+        f"exitAtEnd\nstartUrl {tw.url('a.test')}\noutput save\noutput links\noutput warc\n"
+        "output mirror\n"))
+    code, out = await run(venv / "bin" / "larbinpy", "-c", conf, "--scratch")
+    assert code == 0, out[-3000:]
+    assert set(tw.pages_fetched()) == {tw.url("a.test"), tw.url("a.test", "/x.html"),
+                                       tw.url("b.test"), tw.url("b.test", "/y.html")}
+    assert list((tmp_path / "save").rglob("*.warc.gz"))
+
+    code, out = await run(venv / "bin" / "larbinpy", "bench", timeout=60)
+    assert code == 1 and "pip install 'larbinpy[bench]'" in out and "Traceback" not in out
+    code, out = await run(py, "-m", "larbinpy.demo.demoweb", "--serve-only", timeout=60)
+    assert code == 1 and "pip install 'larbinpy[demo]'" in out and "Traceback" not in out
