@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return submit_main(argv[1:])
         if argv and argv[0] == "bench":
-            if problem := missing_extra("larbinpy bench", "bench", "dnslib"):
+            if problem := missing_extra("larbinpy bench", "dnslib", "bench"):
                 print(problem, file=sys.stderr)
                 return 1
             from larbinpy.bench.measure import main as bench_main

@@ -47,14 +47,12 @@ def setup_logging(verbosity: int, log_file: str | None = None) -> None:
     root.setLevel(level)
 
 
-def missing_extra(what: str, extra: str, *modules: str) -> str | None:
-    """None when every module is installed, else a one-line message: `what` needs them and
-    `pip install 'larbinpy[extra]'` brings them (the crawler's own dependencies do not)."""
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if not missing:
+def missing_extra(what: str, module: str, extra: str) -> str | None:
+    """None when `module` is installed, else a one-line message: `what` needs it, and
+    `pip install 'larbinpy[extra]'` brings it (the crawler's own dependencies do not)."""
+    if importlib.util.find_spec(module) is not None:
         return None
-    return (f"{what} needs {' and '.join(missing)}, which is not installed: "
-            f"pip install 'larbinpy[{extra}]'")
+    return f"{what} needs {module}, which is not installed: pip install 'larbinpy[{extra}]'"
 
 
 def tune_allocator() -> bool:

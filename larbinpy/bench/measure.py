@@ -466,7 +466,7 @@ def state_bench(args: argparse.Namespace) -> int:
 
 def nodes_bench(args: argparse.Namespace) -> int:
     """`--nodes 1,2`: processes against the embedded default (see `cluster.py`)."""
-    if problem := missing_extra("larbinpy bench --nodes", "bench", "redis"):
+    if problem := missing_extra("larbinpy bench --nodes", "redis", "bench"):
         print(problem, file=sys.stderr)
         return 1
     from larbinpy.bench.cluster import bench_nodes, report_nodes

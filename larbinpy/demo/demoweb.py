@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(opts)
     if not cmd and not args.serve_only:
         p.error("give a command after --, or --serve-only")
-    if problem := missing_extra("larbinpy demo", "demo", "dnslib"):
+    if problem := missing_extra("larbinpy demo", "dnslib", "demo"):
         print(problem, file=sys.stderr)
         return 1
     return asyncio.run(_main(args, cmd))
