@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from larbinpy.records import Job
+from larbinpy.records import Job, JobKind
 
 FORMAT = 2
 Position = tuple[int, int]
@@ -73,7 +73,7 @@ def make_job(url: str, priority: str | bytes, depth: str | bytes, hops: str | by
         return Job(url, int(depth), int(priority), int(hops))
     except ValueError:  # the rare tagged (or sitemap) job: only it pays for the split
         h, tag, kind, retries = parse_hops(hops)
-        return Job(url, int(depth), int(priority), h, tag, kind, retries)
+        return Job(url, int(depth), int(priority), h, tag, JobKind(kind), retries)
 
 
 def _line(job: Job) -> str:

@@ -19,6 +19,7 @@ import aiohttp
 import brotli
 
 from larbinpy.stages.bandwidth import BandwidthLimiter
+from larbinpy.stats import Outcome
 
 ACCEPT_ENCODING = "gzip, deflate, br"
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -34,7 +35,7 @@ MIN_RATE_GRACE = 3.0  # seconds before minRate applies: slow starts are normal
 class BodyError(Exception):
     """The body could not be read within the limits: `kind` is the outcome to count."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: Outcome) -> None:
         super().__init__(kind)
         self.kind = kind
 
@@ -59,7 +60,7 @@ def _inflater(encoding: str) -> Callable[[bytes, int], bytes] | None:
         return _ZlibInflater(zlib.MAX_WBITS, raw_fallback=True).feed
     if enc == "br":
         return _BrotliInflater().feed
-    raise BodyError("badEncoding")
+    raise BodyError(Outcome.badEncoding)
 
 
 class _ZlibInflater:
@@ -79,7 +80,7 @@ class _ZlibInflater:
                 self.d = zlib.decompressobj(-zlib.MAX_WBITS)
                 self.raw_fallback = False
                 return self.feed(chunk, max_out)
-            raise BodyError("badEncoding") from None
+            raise BodyError(Outcome.badEncoding) from None
         self.started = True
         return out
 
@@ -95,7 +96,7 @@ class _BrotliInflater:
         try:
             return self.d.process(chunk, output_buffer_limit=max_out + 1)
         except brotli.error:
-            raise BodyError("badEncoding") from None
+            raise BodyError(Outcome.badEncoding) from None
 
 
 async def read_body(
@@ -107,11 +108,11 @@ async def read_body(
     min_rate: float = 0.0,
     truncate: bool = False,
 ) -> Body:
-    """The decoded body, at most `limit` bytes (BodyError("tooBig") beyond, or cut if truncate)."""
+    """The decoded body, at most `limit` bytes (tooBig beyond, or cut if truncate)."""
     inflate = _inflater(resp.headers.get("Content-Encoding", ""))
     length = resp.content_length
     if length is not None and length > limit and inflate is None and not truncate:
-        raise BodyError("tooBig")  # said up front: do not read it at all
+        raise BodyError(Outcome.tooBig)  # said up front: do not read it at all
     raw: list[bytes] = []
     data: list[bytes] = []
     wire = size = 0
@@ -126,7 +127,7 @@ async def read_body(
         if size > limit or wire > limit:
             if truncate:
                 break
-            raise BodyError("tooBig")
+            raise BodyError(Outcome.tooBig)
         if limiter is not None:
             await limiter.take(len(chunk))
         if min_rate:
@@ -139,7 +140,7 @@ def _check_rate(nbytes: int, start: float, min_rate: float) -> None:
     """minRate: after the grace period, a body arriving slower than min_rate is cut off."""
     elapsed = time.monotonic() - start
     if elapsed > MIN_RATE_GRACE and nbytes / elapsed < min_rate:
-        raise BodyError("timeout")
+        raise BodyError(Outcome.timeout)
 
 
 def html_for_links(data: bytes, content_type: str) -> bytes:

@@ -20,6 +20,7 @@ from larbinpy.net.body import ACCEPT_ENCODING
 from larbinpy.net.http1 import FetchError, Http1Client
 from larbinpy.net.policy import DeniedNetworkError
 from larbinpy.stages.dns import CrawlerResolver, Dns
+from larbinpy.stats import Outcome
 
 
 def request_headers(cfg: Config) -> dict[str, str]:
@@ -69,9 +70,9 @@ def make_http1(cfg: Config, dns: Dns) -> Http1Client | None:
         try:
             return [r["host"] for r in await resolver.resolve(host, port)]
         except DeniedNetworkError:
-            raise FetchError("deniedNetwork") from None
+            raise FetchError(Outcome.deniedNetwork) from None
         except OSError:
-            raise FetchError("noDNS") from None
+            raise FetchError(Outcome.noDNS) from None
 
     return Http1Client(
         request_headers(cfg), resolve, keepalive=keepalive_seconds(cfg),

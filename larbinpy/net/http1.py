@@ -22,6 +22,8 @@ import httptools
 from aiohttp import HttpVersion
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from larbinpy.stats import Outcome
+
 MAX_HEAD = 64 * 1024  # bytes of status line + headers; more is not a web server's answer
 MAX_HEADERS = 128  # aiohttp's limit too
 HIGH_WATER = 256 * 1024  # unread body bytes buffered before the socket is paused
@@ -30,7 +32,7 @@ HIGH_WATER = 256 * 1024  # unread body bytes buffered before the socket is pause
 class FetchError(Exception):
     """A fetch failed: `kind` is the outcome to count."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: Outcome) -> None:
         super().__init__(kind)
         self.kind = kind
 
@@ -143,7 +145,7 @@ class Response:
                 yield chunk
             elif self.error is not None:
                 raise self.error if isinstance(self.error, FetchError) else FetchError(
-                    "earlyStop")
+                    Outcome.earlyStop)
             elif self.complete:
                 return
             else:
@@ -233,11 +235,11 @@ class Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
             if not resp.head_done and self.head_seen > MAX_HEAD:
-                raise FetchError("badHttp")
+                raise FetchError(Outcome.badHttp)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade, FetchError):
             # malformed, oversized (our callbacks refuse), bytes after the response ended, or
             # a protocol switch (101) nobody asked for
-            resp.fail(FetchError("badHttp"))
+            resp.fail(FetchError(Outcome.badHttp))
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -256,9 +258,10 @@ class Connection(asyncio.Protocol):
         elif not resp.got_bytes and self.reused:
             resp.fail(_Stale())
         elif not resp.got_bytes and exc is not None:
-            resp.fail(FetchError("noConnection"))  # reset before a word: as aiohttp counted it
+            # reset before a word: as aiohttp counts it
+            resp.fail(FetchError(Outcome.noConnection))
         else:
-            resp.fail(FetchError("earlyStop"))
+            resp.fail(FetchError(Outcome.earlyStop))
 
     def pause_writing(self) -> None:
         """A request is one small write: nothing to pause."""
@@ -269,7 +272,7 @@ class Connection(asyncio.Protocol):
         """A response starts: bytes after the one asked for are not an answer to anything."""
         resp = self.response
         if resp is not None and resp.complete:
-            raise FetchError("badHttp")  # stops the parser; data_received closes the socket
+            raise FetchError(Outcome.badHttp)  # stops the parser; data_received closes the socket
 
     def on_status(self, status: bytes) -> None:
         """The reason phrase."""
@@ -280,7 +283,7 @@ class Connection(asyncio.Protocol):
         """One header line."""
         items = self._head_of_response(len(name) + len(value) + 4)._head_items
         if len(items) >= MAX_HEADERS:
-            raise FetchError("badHttp")
+            raise FetchError(Outcome.badHttp)
         items.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -327,7 +330,7 @@ class Connection(asyncio.Protocol):
         assert resp is not None
         self.head_bytes += n
         if self.head_bytes > MAX_HEAD or resp.complete:
-            raise FetchError("badHttp")
+            raise FetchError(Outcome.badHttp)
         return resp
 
     # --- one exchange ---
@@ -373,7 +376,7 @@ class Connection(asyncio.Protocol):
         if self.pool.loop.time() < due:
             self._arm(due)
             return
-        resp.fail(FetchError("timeout"))
+        resp.fail(FetchError(Outcome.timeout))
         self.close()
 
     def _stop_timer(self) -> None:
@@ -516,7 +519,7 @@ class Http1Client:
                 conn.close()
                 if attempt == 0:
                     continue  # the server had closed it while idle: once more on a new one
-                raise FetchError("earlyStop") from None
+                raise FetchError(Outcome.earlyStop) from None
             except BaseException:
                 conn.close()
                 raise
@@ -548,10 +551,10 @@ class Http1Client:
                         lambda: Connection(self.pool, (host, port)), ip, port)
                 return conn
             except TimeoutError:
-                last = "timeout"
+                last = Outcome.timeout
             except OSError:
-                last = "noConnection"
-        raise FetchError(last if ips else "noDNS")
+                last = Outcome.noConnection
+        raise FetchError(last if ips else Outcome.noDNS)
 
     def close(self) -> None:
         """Close pooled connections."""

@@ -38,7 +38,7 @@ from larbinpy.config import Config
 from larbinpy.frontier.sites import Sites
 from larbinpy.net.policy import DeniedNetworkError, NetworkPolicy
 from larbinpy.records import Site, SiteState
-from larbinpy.stats import Stats
+from larbinpy.stats import Outcome, Stats
 
 log = logging.getLogger("larbinpy.dns")
 MAX_CACHE = 200_000  # hosts whose answer is kept
@@ -157,7 +157,7 @@ class Dns:
         allowed = [ip for ip in ips if self.policy.allowed(ip)]
         if not allowed:
             site.state = SiteState.DEAD
-            site.dead_reason = "deniedNetwork" if ips else "noDNS"
+            site.dead_reason = Outcome.deniedNetwork if ips else Outcome.noDNS
             site.dead_until = self.cache.get(site.host, (now + NEGATIVE_TTL, []))[0]
             self.sites.drop(site, site.dead_reason)
             self.sites.rest(site)
