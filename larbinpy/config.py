@@ -491,7 +491,7 @@ class Config:
     strip_params: list[str] | None = key(
         None, "stripParams", "query parameters removed from URLs (`utm_*`: a trailing `*` "
         "matches a prefix); replaces the built-in list", parse=str.lower, kind="list",
-        syntax="name", default_doc="session ids (sid, jsessionid, phpsessid, ...) and utm_*",
+        syntax="name", default_doc="session-id names and utm_*",
     )
     max_links_per_page: int = key(
         10000, "maxLinksPerPage", "links taken from one page; the rest are dropped",
