@@ -1,14 +1,15 @@
 """The reader's fetch path for plain `http://`: HTTP/1.1 GETs on asyncio protocols, pooled.
 
-Why not aiohttp's `ClientSession` here: it costs about 0.1 ms of CPU per request (request and
-response objects, trace hooks, cookie and redirect machinery, several timers), which is as
-much as the rest of the crawler spends on a page. A crawler needs far less: one GET with
-fixed headers, llhttp (through httptools) to parse the answer, a keep-alive pool per site,
-and the body handed over in chunks so `body.py` keeps its limits. The `Response` below has
-the attribute names of the aiohttp response the stages already read (`status`, `headers`,
-`content.iter_any()`, ...), so the reader treats both alike.
+Why not aiohttp's `ClientSession` here: it does far more per request than a crawler needs
+(request and response objects, trace hooks, cookie and redirect machinery, several timers),
+and that overhead is a sizeable share of a whole page's CPU (docs/benchmarks.md). A crawler
+needs one GET with fixed headers, llhttp (through httptools) to parse the answer, a keep-alive
+pool per site, and the body handed over in chunks so `body.py` keeps its limits. The
+`Response` below has the attribute names of the aiohttp response the stages already read
+(`status`, `headers`, `content.iter_any()`, ...), so the reader treats both alike.
 
-HTTPS and proxies stay on aiohttp (`client.py`), as does robots.txt (one fetch per site).
+HTTPS and anything through a proxy stay on aiohttp (`client.py`); plain `http://` robots.txt
+fetches come here too, so their keep-alive connection serves the site's first pages.
 Every failure is a `FetchError` carrying the outcome kind the reader counts.
 """
 
@@ -97,8 +98,8 @@ class Response:
     @property
     def content(self) -> Response:
         """aiohttp's StreamReader interface (`iter_any()`): the response itself. A property, not
-        an attribute: `self.content = self` made every response a reference cycle, freed only
-        by the garbage collector (60 MB of them between two collections in a bench crawl)."""
+        an attribute: `self.content = self` would make every response a reference cycle, its
+        body freed only by the garbage collector instead of when the reader drops it."""
         return self
 
     @property
@@ -355,7 +356,7 @@ class Connection(asyncio.Protocol):
 
         One timer per connection, kept across requests: a pending one due no later is left
         alone (when it fires it re-checks and re-arms), so a keep-alive connection does not
-        create and cancel a timer for every page (1.6 µs a pair on uvloop).
+        create and cancel a timer for every page.
         """
         # (the due time is kept here: for a time under 0.5 ms away uvloop's call_at returns a
         # plain Handle, which has no when())
