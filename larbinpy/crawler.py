@@ -21,6 +21,7 @@ from larbinpy import __version__
 from larbinpy.config import Config
 from larbinpy.daemon.ports import Ports
 from larbinpy.daemon.progress import Progress
+from larbinpy.daemon.status import Figures, Gauges
 from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
 from larbinpy.frontier.seen import BitmapSeenSet
 from larbinpy.frontier.sites import Sites
@@ -131,6 +132,25 @@ class Crawler:
         self.opener.consider(site)
         self.changed()
 
+    # --- what the daemon's faces show (daemon.status.StatusSource) ---
+
+    def gauges(self) -> Gauges:
+        """The figures that cost nothing to read (the progress line, every second)."""
+        return Gauges(
+            self.stats, self.frontier.sizes(), self.sites.queued, len(self.sites.by_key),
+            self.opener.in_flight, self.idle(), self.stop_requested,
+        )
+
+    def figures(self) -> Figures:
+        """Every figure of the status page, status.json and /metrics (walks the sites)."""
+        sites = self.sites.by_key.values()
+        return Figures(
+            self.gauges(), self.sites.count_by_state(),
+            sum(1 for s in sites if s.timer is not None or s.waiting_ip),
+            self.outputs.status(), self.cluster.status() if self.cluster is not None else None,
+            self.version, self.cfg.tls_verify, self.cfg.proxy,
+        )
+
     # --- run ---
 
     async def run(self) -> int:
@@ -144,7 +164,7 @@ class Crawler:
                  asyncio.ensure_future(self._tick()),
                  asyncio.ensure_future(self._checkpoints())]
         self._install_signals()
-        ports = Ports(self)
+        ports = Ports(self.cfg, self, self.input.submit, self.changed)
         try:
             if self.cluster is not None:
                 await self.cluster.start()
