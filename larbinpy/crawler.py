@@ -137,18 +137,20 @@ class Crawler:
     def gauges(self) -> Gauges:
         """The figures that cost nothing to read (the progress line, every second)."""
         return Gauges(
-            self.stats, self.frontier.sizes(), self.sites.queued, len(self.sites.by_key),
-            self.opener.in_flight, self.idle(), self.stop_requested,
+            stats=self.stats, queued_per_priority=self.frontier.sizes(),
+            queued_in_sites=self.sites.queued, sites_known=len(self.sites.by_key),
+            in_flight=self.opener.in_flight, idle=self.idle(), stopping=self.stop_requested,
         )
 
     def figures(self) -> Figures:
         """Every figure of the status page, status.json and /metrics (walks the sites)."""
         sites = self.sites.by_key.values()
         return Figures(
-            self.gauges(), self.sites.count_by_state(),
-            sum(1 for s in sites if s.timer is not None or s.waiting_ip),
-            self.outputs.status(), self.cluster.status() if self.cluster is not None else None,
-            self.version, self.cfg.tls_verify, self.cfg.proxy,
+            gauges=self.gauges(), site_states=self.sites.count_by_state(),
+            sites_parked=sum(1 for s in sites if s.timer is not None or s.waiting_ip),
+            outputs=self.outputs.status(),
+            cluster=self.cluster.status() if self.cluster is not None else None,
+            version=self.version, tls_verify=self.cfg.tls_verify, proxy=self.cfg.proxy,
         )
 
     # --- run ---
