@@ -3,7 +3,8 @@
 The HTTP client does not decompress (so the raw bytes stay available for WARC and a
 compression bomb cannot inflate behind our back): bodies are decoded here, incrementally,
 never producing more than `limit` bytes however small the compressed input. `minRate`
-(bytes/s, averaged after a grace period) cuts off servers that drip.
+(bytes/s, averaged after a grace period) cuts off servers that drip. `maxBandwidth` throttles
+through `Throttle` (the bandwidth stage's token bucket).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import aiohttp
 import brotli
 
-from larbinpy.stages.bandwidth import BandwidthLimiter
 from larbinpy.stats import Outcome
 
 ACCEPT_ENCODING = "gzip, deflate, br"
@@ -30,6 +31,14 @@ _META_CHARSET = re.compile(rb"<meta[^>]+charset", re.I)
 _AS_CP1252 = frozenset({"iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "ascii",
                         "us-ascii", "iso_8859-1", "cp819", "ibm819", "windows-1252"})
 MIN_RATE_GRACE = 3.0  # seconds before minRate applies: slow starts are normal
+
+
+class Throttle(Protocol):
+    """A bandwidth budget the reading spends (stages.bandwidth.BandwidthLimiter)."""
+
+    async def take(self, nbytes: int) -> None:
+        """Spend `nbytes`, waiting while the budget is spent."""
+        ...
 
 
 class BodyError(Exception):
@@ -104,7 +113,7 @@ async def read_body(
     limit: int,
     *,
     keep_raw: bool = False,
-    limiter: BandwidthLimiter | None = None,
+    limiter: Throttle | None = None,
     min_rate: float = 0.0,
     truncate: bool = False,
 ) -> Body:

@@ -1,7 +1,7 @@
 """The HTTP clients: one aiohttp session (robots.txt, HTTPS, proxies) and the plain-HTTP path.
 
 One `TCPConnector` for the whole crawl; the opener already limits connections, so the
-connector does not; DNS comes from the DNS stage's cache through `CrawlerResolver`.
+connector does not; DNS comes from the DNS stage's cache through `resolver.CrawlerResolver`.
 HTTPS certificates are checked against the system store plus `caFile` unless `tlsVerify off`.
 With `proxy host port` every request goes through that proxy (aiohttp sends plain HTTP in
 absolute form and tunnels HTTPS with CONNECT); cookies (`cookies`) are kept by `cookies.py`,
@@ -19,7 +19,7 @@ from larbinpy.config import Config
 from larbinpy.net.body import ACCEPT_ENCODING
 from larbinpy.net.http1 import FetchError, Http1Client
 from larbinpy.net.policy import DeniedNetworkError
-from larbinpy.stages.dns import CrawlerResolver, Dns
+from larbinpy.net.resolver import CrawlerResolver, HostLookup
 from larbinpy.stats import Outcome
 
 
@@ -59,11 +59,11 @@ def keepalive_seconds(cfg: Config) -> float:
     return min(cfg.wait_duration + 2.0, 10.0)
 
 
-def make_http1(cfg: Config, dns: Dns) -> Http1Client | None:
+def make_http1(cfg: Config, dns: HostLookup) -> Http1Client | None:
     """The reader's plain-HTTP client (None with a proxy: then aiohttp speaks to it)."""
     if cfg.proxy is not None:
         return None
-    resolver = CrawlerResolver(dns)
+    resolver = CrawlerResolver(dns, cfg.proxy)
 
     async def resolve(host: str, port: int) -> list[str]:
         """Allowed addresses, from the DNS stage's cache; FetchError with the kind if none."""
@@ -81,11 +81,11 @@ def make_http1(cfg: Config, dns: Dns) -> Http1Client | None:
     )
 
 
-def make_session(cfg: Config, dns: Dns) -> aiohttp.ClientSession:
+def make_session(cfg: Config, dns: HostLookup) -> aiohttp.ClientSession:
     """The crawl's one client session."""
     connector = aiohttp.TCPConnector(
         limit=0,  # the opener enforces pagesConnexions and connectionsPerHost
-        resolver=CrawlerResolver(dns),
+        resolver=CrawlerResolver(dns, cfg.proxy),
         use_dns_cache=False,  # the DNS stage caches, honouring TTLs
         ssl=ssl_context(cfg),
         keepalive_timeout=keepalive_seconds(cfg),
