@@ -1,4 +1,4 @@
-"""The HTTP clients: one aiohttp session (robots.txt, HTTPS, proxies) and the plain-HTTP path.
+"""The HTTP clients: one aiohttp session (HTTPS, proxies) and the plain-HTTP path.
 
 One `TCPConnector` for the whole crawl; the opener already limits connections, so the
 connector does not; DNS comes from the DNS stage's cache through `resolver.CrawlerResolver`.
@@ -6,7 +6,7 @@ HTTPS certificates are checked against the system store plus `caFile` unless `tl
 With `proxy host port` every request goes through that proxy (aiohttp sends plain HTTP in
 absolute form and tunnels HTTPS with CONNECT); cookies (`cookies`) are kept by `cookies.py`,
 per site and bounded, not by aiohttp's unbounded jar. Without a proxy, the reader sends
-plain `http://` pages through `http1.py` instead, which costs a fraction of the CPU.
+plain `http://` pages through `http1.py` instead, which does only what a crawler needs.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def ssl_context(cfg: Config) -> ssl.SSLContext | bool:
     if not cfg.ca_file:
         # aiohttp's own verifying context, which aiohttp 3.10.6 and later build when imported:
         # making one here would read the system's certificates from disk on the event loop
-        # (~10 ms of blocking I/O at each crawl's start)
+        # (blocking disk I/O at each crawl's start)
         return True
     ctx = ssl.create_default_context()
     ctx.load_verify_locations(cfg.ca_file)

@@ -219,8 +219,7 @@ class LoopResolver(aiodns.DNSResolver):
 
     aiodns 4 runs c-ares on c-ares's own event thread, each answer handed back with
     `call_soon_threadsafe`: a second thread taking the GIL and waking the loop through its
-    self-pipe, ~0.1 ms of CPU a host (`larbinpy bench --hosts 3000 --pages 2`: 0.45-0.48 ->
-    0.35-0.40 ms a page). Its fallback, c-ares's sockets on the loop (aiodns 3's way, and
+    self-pipe, a cost the crawl pays for every host (docs/benchmarks.md). Its fallback, c-ares's sockets on the loop (aiodns 3's way, and
     larbin's: one thread), is what this channel is. What it gives up: c-ares rereads
     /etc/resolv.conf on a change only with its thread; a long crawl reads it at start
     (`dnsServers` names servers explicitly).
