@@ -219,10 +219,10 @@ class LoopResolver(aiodns.DNSResolver):
 
     aiodns 4 runs c-ares on c-ares's own event thread, each answer handed back with
     `call_soon_threadsafe`: a second thread taking the GIL and waking the loop through its
-    self-pipe, a cost the crawl pays for every host (docs/benchmarks.md). Its fallback, c-ares's sockets on the loop (aiodns 3's way, and
-    larbin's: one thread), is what this channel is. What it gives up: c-ares rereads
-    /etc/resolv.conf on a change only with its thread; a long crawl reads it at start
-    (`dnsServers` names servers explicitly).
+    self-pipe, a cost the crawl pays for every host (docs/benchmarks.md). Its fallback,
+    c-ares's sockets on the loop (aiodns 3's way, and larbin's: one thread), is what this
+    channel is. What it gives up: c-ares rereads /etc/resolv.conf on a change only with its
+    thread; a long crawl reads it at start (`dnsServers` names servers explicitly).
     """
 
     def _make_channel(self, **kwargs: Any) -> tuple[bool, pycares.Channel]:
