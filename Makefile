@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 CONF   ?= larbin.conf
 
-.PHONY: run test test-slow bench bench-small bench-hosts bench-polite bench-all lint clean
+.PHONY: run test test-slow bench bench-small bench-hosts bench-polite bench-all lint docs clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ bench-all: bench bench-small bench-hosts bench-polite
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check larbinpy tests
+
+## docs: regenerate docs/configuration.md from the key table in larbinpy/config.py
+docs: $(VENV)/.installed
+	$(PY) -m larbinpy.config --markdown > docs/configuration.md.tmp
+	mv docs/configuration.md.tmp docs/configuration.md
 
 clean:
 	rm -rf $(VENV) larbin-state save .pytest_cache

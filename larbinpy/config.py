@@ -4,22 +4,30 @@ Not a pipeline stage: every stage reads its settings from the `Config` this modu
 The syntax is larbin's: whitespace-separated tokens, `#` starts a comment to the end of the
 line, `"..."` is one token with spaces, keys are case-insensitive, list keys end with `end`.
 Every error names the file and line (`ConfigError`), and nothing unknown is silently ignored.
+
+Each key is declared once, as a field of `Config` (its type, default, larbin spelling, value
+parser, unit, range and one-line doc); the parser, the range checks, `check-config`'s listing and
+docs/configuration.md (`python -m larbinpy.config --markdown`, `make docs`) all read that table.
 """
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar, cast
 
 GiB = 1 << 30
 MiB = 1 << 20
 KiB = 1 << 10
 
 OUTPUTS = ("none", "save", "mirror", "warc", "links")
+
+T = TypeVar("T")
 
 
 class ConfigError(Exception):
@@ -38,96 +46,6 @@ class StartUrl:
     url: str
     depth: int
     line: int
-
-
-@dataclass
-class Config:
-    """Every larbin.conf key, with SPEC.md's defaults. Field names are the keys in snake case."""
-
-    path: str = "<defaults>"
-    # larbin's own keys
-    from_: str = ""
-    user_agent: str = "larbinpy/0.1"
-    http_port: int = 8081
-    input_port: int = 1976
-    pages_connexions: int = 100
-    dns_connexions: int = 5
-    depth_in_site: int = 5
-    no_external_links: bool = False
-    wait_duration: float = 60.0
-    proxy: tuple[str, int] | None = None
-    start_urls: list[StartUrl] = field(default_factory=list)
-    limit_to_domain: list[str] = field(default_factory=list)
-    forbidden_extensions: list[str] = field(default_factory=list)
-    # new keys
-    dns_servers: list[str] = field(default_factory=list)
-    exclude_patterns: list[re.Pattern[str]] = field(default_factory=list)
-    include_patterns: list[re.Pattern[str]] = field(default_factory=list)
-    connections_per_host: int = 1
-    state_dir: str = "./larbin-state"
-    hash_size: int = 1 << 30
-    hash_functions: int = 1
-    outputs: list[str] = field(default_factory=list)
-    save_dir: str = "./save"
-    warc_max_size: int = GiB
-    warc_prefix: str = "larbinpy"
-    user_output: str | None = None
-    specific_search: list[str] = field(default_factory=list)
-    content_types: list[str] = field(default_factory=list)
-    max_page_size: int = 10 * MiB
-    max_url_length: int = 2048
-    max_redirects: int = 5
-    max_pages_per_site: int = 0  # 0 = unlimited
-    timeout_connect: float = 10.0
-    timeout_read: float = 30.0
-    timeout_total: float = 120.0
-    min_rate: float = 0.0
-    max_bandwidth: int = 0  # 0 = unlimited
-    per_call: int = 100
-    exit_at_end: bool = False
-    http_host: str = "127.0.0.1"
-    input_token: str | None = None
-    seed_file: str | None = None
-    robots: bool = True
-    robots_ttl: float = 86400.0
-    no_dup: bool = False
-    allow_networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = field(
-        default_factory=list
-    )
-    strip_params: list[str] | None = None  # None = the built-in session-id / utm_* list
-    max_links_per_page: int = 10000
-    checkpoint_interval: float = 10.0
-    input_max_body: int = MiB
-    input_max_urls: int = 10000
-    log_file: str | None = None
-    tls_verify: bool = True
-    ca_file: str | None = None
-    ip_version: str = "any"
-    proxy_dns: str = "proxy"
-    max_retries: int = 2
-    max_retry_after: float = 3600.0
-    max_crawl_delay: float = 60.0
-    sitemaps: bool = True
-    sitemap_priority: int = 0  # priority of the URLs sitemaps list
-    follow_images: bool = False
-    any_type: bool = False
-    cookies: bool = False
-    cgi_level: int = 0
-    depth_by_site: bool = True
-    cluster: str | None = None
-    cluster_name: str = "larbinpy"
-    node_id: str | None = None
-    # where each key was set, for errors found after parsing (key -> line)
-    lines: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
-
-    def effective_outputs(self) -> list[str]:
-        """The outputs in force: `save` when none was configured, nothing for `none`."""
-        chosen = self.outputs or ["save"]
-        return [o for o in chosen if o != "none"]
-
-    def error(self, key: str, message: str) -> ConfigError:
-        """A ConfigError pointing at the line where `key` was set."""
-        return ConfigError(self.path, self.lines.get(key.lower()), message)
 
 
 # --- tokens ---------------------------------------------------------------------------------
@@ -174,6 +92,23 @@ def _tokenize_line(raw: str, lineno: int, path: str) -> Iterator[Token]:
 
 # --- value parsers ----------------------------------------------------------------------------
 
+Parser = Callable[[str], Any]  # one value token -> the field's value; ValueError means a bad value
+
+P = TypeVar("P", bound=Parser)
+
+# How each parser's values are written, for docs/configuration.md's Value column.
+SYNTAX: dict[Parser, str] = {str: "text", str.lower: "text"}
+
+
+def shows(syntax: str) -> Callable[[P], P]:
+    """Record how the decorated parser's values are written (for the docs)."""
+
+    def register(parse: P) -> P:
+        SYNTAX[parse] = syntax
+        return parse
+
+    return register
+
 _SIZE_SUFFIX = {
     "": 1, "k": 1000, "m": 1000**2, "g": 1000**3,
     "kb": 1000, "mb": 1000**2, "gb": 1000**3,
@@ -181,6 +116,7 @@ _SIZE_SUFFIX = {
 }
 
 
+@shows("integer")
 def parse_int(text: str) -> int:
     """An integer; accepts `2^30` and size suffixes (10M, 1GiB, 500KiB)."""
     t = text.strip().lower().replace("_", "")
@@ -193,6 +129,7 @@ def parse_int(text: str) -> int:
     return int(m.group(1)) * _SIZE_SUFFIX[m.group(2)]
 
 
+@shows("number")
 def parse_float(text: str) -> float:
     """A non-negative number of seconds (or bytes/s)."""
     try:
@@ -204,6 +141,7 @@ def parse_float(text: str) -> float:
     return value
 
 
+@shows("on | off")
 def parse_onoff(text: str) -> bool:
     """`on`/`off` (also yes/no, true/false, 1/0)."""
     t = text.lower()
@@ -214,6 +152,7 @@ def parse_onoff(text: str) -> bool:
     raise ValueError(f"expected on or off, got {text!r}")
 
 
+@shows("ip[:port]")
 def parse_dns_server(text: str) -> str:
     """`ip[:port]` or `[ipv6]:port`, checked, returned as aiodns wants it."""
     host, port = text, None
@@ -228,11 +167,13 @@ def parse_dns_server(text: str) -> str:
     return text
 
 
+@shows("CIDR")
 def parse_network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     """A CIDR range such as 127.0.0.0/8 or ::1/128."""
     return ipaddress.ip_network(text, strict=False)
 
 
+@shows("regex")
 def parse_regex(text: str) -> re.Pattern[str]:
     """A Python regular expression."""
     try:
@@ -241,17 +182,20 @@ def parse_regex(text: str) -> re.Pattern[str]:
         raise ValueError(f"bad regular expression {text!r}: {exc}") from None
 
 
+@shows(".ext")
 def parse_extension(text: str) -> str:
     """A file extension, stored lower-case with its dot."""
     t = text.lower()
     return t if t.startswith(".") else "." + t
 
 
+@shows("domain suffix")
 def parse_domain(text: str) -> str:
     """A domain suffix for limitToDomain, stored lower-case."""
     return text.lower()
 
 
+@shows("name")
 def parse_file_prefix(text: str) -> str:
     """A file name prefix: letters, digits, `.`, `_`, `-` (it names files in saveDir)."""
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}", text):
@@ -259,6 +203,7 @@ def parse_file_prefix(text: str) -> str:
     return text
 
 
+@shows("module:callable")
 def parse_user_output(text: str) -> str:
     """`module:callable`."""
     if not re.fullmatch(r"[\w.]+:[\w.]+", text):
@@ -266,7 +211,7 @@ def parse_user_output(text: str) -> str:
     return text
 
 
-def choice(*allowed: str) -> Callable[[str], str]:
+def choice(*allowed: str) -> Parser:
     """A parser accepting one of `allowed` (case-insensitive)."""
 
     def parse(text: str) -> str:
@@ -275,100 +220,397 @@ def choice(*allowed: str) -> Callable[[str], str]:
             raise ValueError(f"expected one of {', '.join(allowed)}, got {text!r}")
         return t
 
+    SYNTAX[parse] = " | ".join(allowed)
     return parse
+
+
+_CGI_LEVEL = choice("0", "1")
+
+
+@shows("0 | 1")
+def parse_cgi_level(text: str) -> int:
+    """larbin's CGILEVEL: 0 or 1."""
+    return int(_CGI_LEVEL(text))
 
 
 # --- the key table ------------------------------------------------------------------------
 
-# kind: "value" (one token), "flag" (no token), "list" (tokens until `end`),
-# "repeat" (one token, may be given several times, appended).
-KEYS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
-    # key (lower-case): (field, kind, parser)
-    "from": ("from_", "value", str),
-    "useragent": ("user_agent", "value", str),
-    "httpport": ("http_port", "value", parse_int),
-    "inputport": ("input_port", "value", parse_int),
-    "pagesconnexions": ("pages_connexions", "value", parse_int),
-    "dnsconnexions": ("dns_connexions", "value", parse_int),
-    "depthinsite": ("depth_in_site", "value", parse_int),
-    "noexternallinks": ("no_external_links", "flag", bool),
-    "waitduration": ("wait_duration", "value", parse_float),
-    "limittodomain": ("limit_to_domain", "list", parse_domain),
-    "forbiddenextensions": ("forbidden_extensions", "list", parse_extension),
-    "dnsservers": ("dns_servers", "repeat", parse_dns_server),
-    "excludepatterns": ("exclude_patterns", "list", parse_regex),
-    "includepatterns": ("include_patterns", "list", parse_regex),
-    "connectionsperhost": ("connections_per_host", "value", parse_int),
-    "statedir": ("state_dir", "value", str),
-    "hashsize": ("hash_size", "value", parse_int),
-    "hashfunctions": ("hash_functions", "value", parse_int),
-    "output": ("outputs", "repeat", choice(*OUTPUTS)),
-    "savedir": ("save_dir", "value", str),
-    "warcmaxsize": ("warc_max_size", "value", parse_int),
-    "warcprefix": ("warc_prefix", "value", parse_file_prefix),
-    "useroutput": ("user_output", "value", parse_user_output),
-    "specificsearch": ("specific_search", "list", parse_extension),
-    "contenttypes": ("content_types", "list", str.lower),
-    "maxpagesize": ("max_page_size", "value", parse_int),
-    "maxurllength": ("max_url_length", "value", parse_int),
-    "maxredirects": ("max_redirects", "value", parse_int),
-    "maxpagespersite": ("max_pages_per_site", "value", parse_int),
-    "timeoutconnect": ("timeout_connect", "value", parse_float),
-    "timeoutread": ("timeout_read", "value", parse_float),
-    "timeouttotal": ("timeout_total", "value", parse_float),
-    "minrate": ("min_rate", "value", parse_float),
-    "maxbandwidth": ("max_bandwidth", "value", parse_int),
-    "percall": ("per_call", "value", parse_int),
-    "exitatend": ("exit_at_end", "flag", bool),
-    "httphost": ("http_host", "value", str),
-    "inputtoken": ("input_token", "value", str),
-    "seedfile": ("seed_file", "value", str),
-    "robots": ("robots", "value", parse_onoff),
-    "robotsttl": ("robots_ttl", "value", parse_float),
-    "nodup": ("no_dup", "flag", bool),
-    "allownetworks": ("allow_networks", "list", parse_network),
-    "stripparams": ("strip_params", "list", str.lower),
-    "maxlinksperpage": ("max_links_per_page", "value", parse_int),
-    "checkpointinterval": ("checkpoint_interval", "value", parse_float),
-    "inputmaxbody": ("input_max_body", "value", parse_int),
-    "inputmaxurls": ("input_max_urls", "value", parse_int),
-    "logfile": ("log_file", "value", str),
-    "tlsverify": ("tls_verify", "value", parse_onoff),
-    "cafile": ("ca_file", "value", str),
-    "ipversion": ("ip_version", "value", choice("4", "6", "any")),
-    "proxydns": ("proxy_dns", "value", choice("local", "proxy")),
-    "maxretries": ("max_retries", "value", parse_int),
-    "maxretryafter": ("max_retry_after", "value", parse_float),
-    "maxcrawldelay": ("max_crawl_delay", "value", parse_float),
-    "sitemaps": ("sitemaps", "value", parse_onoff),
-    "sitemappriority": ("sitemap_priority", "value", parse_int),
-    "followimages": ("follow_images", "flag", bool),
-    "anytype": ("any_type", "flag", bool),
-    "cookies": ("cookies", "flag", bool),
-    "cgilevel": ("cgi_level", "value", choice("0", "1")),
-    "depthbysite": ("depth_by_site", "value", parse_onoff),
-    "cluster": ("cluster", "value", str),
-    "clustername": ("cluster_name", "value", str),
-    "nodeid": ("node_id", "value", str),
-}
+# value: one token; flag: no token, writing the key turns it on; list: tokens up to `end`, over
+# several lines if need be; repeat: one token, and the key may be given again to add another.
+Kind = Literal["value", "flag", "list", "repeat"]
+# reads the key at tokens[i] into the Config and returns the index of the next key
+Reader = Callable[["Config", list[Token], int], int]
 
-# Keys whose behaviour is a later issue's: accepted only with the value that means "off",
-# so a configuration never silently asks for something larbinpy does not do yet.
-NOT_SUPPORTED_YET: dict[str, Callable[[Config], bool]] = {}
 
-# (key, smallest allowed value, largest allowed value or None)
-RANGES: list[tuple[str, float, float | None]] = [
-    ("httpport", 0, 65535), ("inputport", 0, 65535), ("pagesconnexions", 1, 100000),
-    ("dnsconnexions", 1, 10000), ("depthinsite", 0, None), ("waitduration", 0, None),
-    ("connectionsperhost", 1, 1000), ("hashsize", 1024, 1 << 40), ("hashfunctions", 1, 32),
-    ("warcmaxsize", 1, None), ("maxpagesize", 1, None), ("maxurllength", 16, None),
-    ("maxredirects", 0, 100), ("maxpagespersite", 0, None), ("timeoutconnect", 0.001, None),
-    ("timeoutread", 0.001, None), ("timeouttotal", 0.001, None), ("minrate", 0, None),
-    ("maxbandwidth", 0, None), ("percall", 1, None), ("robotsttl", 0, None),
-    ("maxlinksperpage", 0, None), ("checkpointinterval", 0.1, None), ("inputmaxbody", 1, None),
-    ("inputmaxurls", 1, None), ("maxretries", 0, 100), ("maxretryafter", 0, None),
-    ("maxcrawldelay", 0, None), ("sitemappriority", 0, 9),
-]
+@dataclass(frozen=True)
+class Key:
+    """One larbin.conf key: how it is written, read, checked and documented."""
+
+    larbin: str  # the spelling larbin.conf and the docs use (matching is case-insensitive)
+    doc: str  # one line: what the key does
+    parse: Parser = str  # a value token -> the field's value
+    kind: Kind = "value"
+    unit: str = ""  # what the number counts: seconds, bytes, bytes/s, bits, ...
+    bounds: tuple[float, float | None] | None = None  # (lowest, highest or None), when set
+    default_doc: str | None = None  # the default in words, when its value alone would mislead
+    syntax: str | None = None  # how a value is written, when the parser's SYNTAX does not say
+    read: Reader | None = None  # the key's own reader, for a form no kind expresses
+    # filled in by `_table` from the Config field that declares the key
+    attr: str = ""
+    default: Any = None
+
+
+def key(
+    default: T, larbin: str, doc: str, *, parse: Parser = str, kind: Kind = "value",
+    unit: str = "", bounds: tuple[float, float | None] | None = None,
+    default_doc: str | None = None, syntax: str | None = None, read: Reader | None = None,
+) -> T:
+    """A Config field for one larbin.conf key: its default, and its `Key` as metadata."""
+    meta = {"key": Key(larbin, doc, parse, kind, unit, bounds, default_doc, syntax, read)}
+    if isinstance(default, list):  # each Config gets its own list
+        return cast(T, field(default_factory=default.copy, metadata=meta))
+    return field(default=default, metadata=meta)
+
+
+def _next_value(cfg: Config, tokens: list[Token], i: int) -> Token:
+    """The token after a key on the same line, or an error naming the key's line."""
+    tok = tokens[i]
+    if i + 1 >= len(tokens) or tokens[i + 1].line != tok.line:
+        raise ConfigError(cfg.path, tok.line, f"{tok.text} needs a value")
+    return tokens[i + 1]
+
+
+def _convert(cfg: Config, value: Token, parser: Parser, name: str) -> Any:
+    """Run a value parser, turning its ValueError into a ConfigError at the value's line."""
+    try:
+        return parser(value.text)
+    except ValueError as exc:
+        raise ConfigError(cfg.path, value.line, f"bad value for {name}: {exc}") from None
+
+
+def _read_start_url(cfg: Config, tokens: list[Token], i: int) -> int:
+    """`startUrl URL`, which takes the `depthInSite` in force at its line."""
+    value = _next_value(cfg, tokens, i)
+    cfg.start_urls.append(StartUrl(value.text, cfg.depth_in_site, value.line))
+    return i + 2
+
+
+def _read_proxy(cfg: Config, tokens: list[Token], i: int) -> int:
+    """`proxy host port` — two values."""
+    tok = tokens[i]
+    if i + 2 >= len(tokens) or tokens[i + 2].line != tok.line:
+        raise ConfigError(cfg.path, tok.line, "proxy needs a host and a port")
+    port = _convert(cfg, tokens[i + 2], parse_int, "proxy")
+    if not 0 < port < 65536:
+        raise ConfigError(cfg.path, tok.line, f"bad proxy port {port}")
+    cfg.proxy = (tokens[i + 1].text, port)
+    return i + 3
+
+
+@dataclass
+class Config:
+    """Every larbin.conf key, declared once: type, default, spelling, parser, unit, range, doc.
+
+    Field names are the keys in snake case. `KEYS` indexes these declarations for the parser,
+    `validate`, `describe` (check-config) and `markdown` (docs/configuration.md).
+    """
+
+    path: str = "<defaults>"  # the file read, named in errors
+    # larbin's own keys
+    from_: str = key(
+        "", "From", "the operator's e-mail, sent in the `From` header so webmasters can reach you",
+    )
+    user_agent: str = key(
+        "larbinpy/0.1", "UserAgent",
+        "the `User-Agent` header, also the name robots.txt groups are matched against",
+    )
+    http_port: int = key(
+        8081, "httpPort", "port of the read-only status page (`/`, `/status.json`, `/metrics`)"
+        "; 0 turns it off", parse=parse_int, bounds=(0, 65535),
+    )
+    input_port: int = key(
+        1976, "inputPort", "port that takes URLs (`POST /urls`, `larbinpy submit`); may equal "
+        "httpPort; 0 turns it off", parse=parse_int, bounds=(0, 65535),
+    )
+    pages_connexions: int = key(
+        100, "pagesConnexions", "fetches in flight in total", parse=parse_int, bounds=(1, 100000),
+    )
+    dns_connexions: int = key(
+        5, "dnsConnexions", "DNS queries in flight", parse=parse_int, bounds=(1, 10000),
+    )
+    depth_in_site: int = key(
+        5, "depthInSite", "links followed inside a site; applies to the `startUrl` lines after it",
+        parse=parse_int, bounds=(0, None),
+    )
+    no_external_links: bool = key(
+        False, "noExternalLinks", "never follow a link to another site", kind="flag",
+    )
+    wait_duration: float = key(
+        60.0, "waitDuration", "least time between two fetches on one site, and on one IP address",
+        parse=parse_float, unit="seconds", bounds=(0, None),
+    )
+    proxy: tuple[str, int] | None = key(
+        None, "proxy", "a proxy for every fetch: HTTP through it in absolute form, HTTPS by "
+        "CONNECT", syntax="host port", read=_read_proxy,
+    )
+    start_urls: list[StartUrl] = key(
+        [], "startUrl", "a URL to crawl from, at the `depthInSite` in force where it is written",
+        kind="repeat", syntax="URL", read=_read_start_url,
+    )
+    limit_to_domain: list[str] = key(
+        [], "limitToDomain", "only hosts ending with one of these suffixes are crawled",
+        parse=parse_domain, kind="list", default_doc="all hosts",
+    )
+    forbidden_extensions: list[str] = key(
+        [], "forbiddenExtensions", "links whose path ends with one of these extensions are not "
+        "fetched (compared case-insensitively)", parse=parse_extension, kind="list",
+    )
+    # new keys
+    dns_servers: list[str] = key(
+        [], "dnsServers", "a DNS server to query instead of the system's resolver",
+        parse=parse_dns_server, kind="repeat", default_doc="the system's resolver",
+    )
+    exclude_patterns: list[re.Pattern[str]] = key(
+        [], "excludePatterns", "URLs matching one of these Python regular expressions are not "
+        "crawled", parse=parse_regex, kind="list",
+    )
+    include_patterns: list[re.Pattern[str]] = key(
+        [], "includePatterns", "when given, only URLs matching one of these Python regular "
+        "expressions are crawled", parse=parse_regex, kind="list", default_doc="all URLs",
+    )
+    connections_per_host: int = key(
+        1, "connectionsPerHost", "fetches in flight on one site, and on one IP address",
+        parse=parse_int, bounds=(1, 1000),
+    )
+    state_dir: str = key(
+        "./larbin-state", "stateDir", "where the hash set, pending URLs and site state are kept; "
+        "what a resume reads", syntax="directory",
+    )
+    hash_size: int = key(
+        1 << 30, "hashSize", "size of the URL hash set that tells seen URLs from new ones",
+        parse=parse_int, unit="bits", bounds=(1024, 1 << 40),
+    )
+    hash_functions: int = key(
+        1, "hashFunctions", "hashes per URL: 1 is larbin's bitmap, K > 1 makes a Bloom filter",
+        parse=parse_int, bounds=(1, 32),
+    )
+    outputs: list[str] = key(
+        [], "output", "where fetched pages go: `save` (larbin SIMPLE_SAVE), `mirror` "
+        "(MIRROR_SAVE), `warc`, `links` (JSON lines), or `none`",
+        parse=choice(*OUTPUTS), kind="repeat", default_doc="save",
+    )
+    save_dir: str = key("./save", "saveDir", "where the outputs write", syntax="directory")
+    warc_max_size: int = key(
+        GiB, "warcMaxSize", "output warc: a new file is started once one reaches this size",
+        parse=parse_int, unit="bytes", bounds=(1, None),
+    )
+    warc_prefix: str = key(
+        "larbinpy", "warcPrefix", "output warc: files are named "
+        "`PREFIX-YYYYMMDDhhmmss-NNNNN.warc.gz`", parse=parse_file_prefix,
+    )
+    user_output: str | None = key(
+        None, "userOutput", "a Python callable called with every fetched page (larbin's "
+        "useroutput)", parse=parse_user_output,
+    )
+    specific_search: list[str] = key(
+        [], "specificSearch", "output only pages with these extensions (or a `contentTypes` "
+        "type); HTML is still crawled for links (larbin SPECIFICSEARCH)",
+        parse=parse_extension, kind="list", default_doc="all pages",
+    )
+    content_types: list[str] = key(
+        [], "contentTypes", "fetch pages of these content types too, and output only them (or "
+        "pages with a `specificSearch` extension)", parse=str.lower, kind="list",
+        syntax="type/subtype", default_doc="all pages",
+    )
+    max_page_size: int = key(
+        10 * MiB, "maxPageSize", "most bytes read of one page, counted after decompression",
+        parse=parse_int, unit="bytes", bounds=(1, None),
+    )
+    max_url_length: int = key(
+        2048, "maxUrlLength", "longer URLs are refused as crawler traps", parse=parse_int,
+        unit="characters", bounds=(16, None),
+    )
+    max_redirects: int = key(
+        5, "maxRedirects", "redirect hops followed from one URL", parse=parse_int,
+        bounds=(0, 100),
+    )
+    max_pages_per_site: int = key(
+        0, "maxPagesPerSite", "pages fetched from one site; 0 = unlimited", parse=parse_int,
+        bounds=(0, None),
+    )
+    timeout_connect: float = key(
+        10.0, "timeoutConnect", "time allowed to connect", parse=parse_float, unit="seconds",
+        bounds=(0.001, None),
+    )
+    timeout_read: float = key(
+        30.0, "timeoutRead", "time allowed between two reads", parse=parse_float,
+        unit="seconds", bounds=(0.001, None),
+    )
+    timeout_total: float = key(
+        120.0, "timeoutTotal", "time allowed for a whole fetch", parse=parse_float,
+        unit="seconds", bounds=(0.001, None),
+    )
+    min_rate: float = key(
+        0.0, "minRate", "a body arriving slower than this (after a 3 s grace) is a timeout; "
+        "0 = no floor", parse=parse_float, unit="bytes/s", bounds=(0, None),
+    )
+    max_bandwidth: int = key(
+        0, "maxBandwidth", "body bytes read per second by the whole crawl; 0 = unlimited",
+        parse=parse_int, unit="bytes/s", bounds=(0, None),
+    )
+    per_call: int = key(
+        100, "perCall", "URLs the sequencer moves from the priority queues per turn",
+        parse=parse_int, bounds=(1, None),
+    )
+    exit_at_end: bool = key(
+        False, "exitAtEnd", "exit once nothing is queued or in flight (larbin EXIT_AT_END); "
+        "without it larbinpy is a daemon waiting for more URLs", kind="flag",
+    )
+    http_host: str = key(
+        "127.0.0.1", "httpHost", "address both ports listen on", syntax="address",
+    )
+    input_token: str | None = key(
+        None, "inputToken", "a bearer token the input port requires (401 without it)",
+    )
+    seed_file: str | None = key(
+        None, "seedFile", "a file of URLs to crawl from, one a line", syntax="path",
+    )
+    robots: bool = key(True, "robots", "obey robots.txt", parse=parse_onoff)
+    robots_ttl: float = key(
+        86400.0, "robotsTtl", "how long a fetched robots.txt is trusted", parse=parse_float,
+        unit="seconds", bounds=(0, None),
+    )
+    no_dup: bool = key(
+        False, "noDup", "do not output a page whose body was already seen (larbin NO_DUP)",
+        kind="flag",
+    )
+    allow_networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = key(
+        [], "allowNetworks", "loopback, private, link-local or multicast ranges larbinpy may "
+        "connect to all the same (it never does by default)", parse=parse_network, kind="list",
+    )
+    strip_params: list[str] | None = key(
+        None, "stripParams", "query parameters removed from URLs (`utm_*`: a trailing `*` "
+        "matches a prefix); replaces the built-in list", parse=str.lower, kind="list",
+        syntax="name", default_doc="session-id names and utm_*",
+    )
+    max_links_per_page: int = key(
+        10000, "maxLinksPerPage", "links taken from one page; the rest are dropped",
+        parse=parse_int, bounds=(0, None),
+    )
+    checkpoint_interval: float = key(
+        10.0, "checkpointInterval", "time between two saves of the pending URLs to stateDir",
+        parse=parse_float, unit="seconds", bounds=(0.1, None),
+    )
+    input_max_body: int = key(
+        MiB, "inputMaxBody", "largest request body the input port takes (413 above)",
+        parse=parse_int, unit="bytes", bounds=(1, None),
+    )
+    input_max_urls: int = key(
+        10000, "inputMaxUrls", "most URLs one input-port request may carry (413 above)",
+        parse=parse_int, bounds=(1, None),
+    )
+    log_file: str | None = key(
+        None, "logFile", "log to this file instead of stderr (reopened when rotated, and on "
+        "SIGHUP)", syntax="path", default_doc="stderr",
+    )
+    tls_verify: bool = key(
+        True, "tlsVerify", "check HTTPS certificates; off is for lab crawls, and the status page "
+        "says so", parse=parse_onoff,
+    )
+    ca_file: str | None = key(
+        None, "caFile", "a certificate authority (PEM) trusted besides the system's",
+        syntax="path",
+    )
+    ip_version: str = key(
+        "any", "ipVersion", "4 asks DNS for A only, 6 for AAAA only, any for A then AAAA",
+        parse=choice("4", "6", "any"),
+    )
+    proxy_dns: str = key(
+        "proxy", "proxyDns", "with a proxy: `proxy` lets it resolve host names (larbin), "
+        "`local` resolves them here too", parse=choice("local", "proxy"),
+    )
+    max_retries: int = key(
+        2, "maxRetries", "retries of a 429/503 page, and of a robots.txt that failed (5xx, 429, "
+        "unreachable)", parse=parse_int, bounds=(0, 100),
+    )
+    max_retry_after: float = key(
+        3600.0, "maxRetryAfter", "longest pause a Retry-After (or the exponential back-off) may "
+        "impose on a site", parse=parse_float, unit="seconds", bounds=(0, None),
+    )
+    max_crawl_delay: float = key(
+        60.0, "maxCrawlDelay", "largest robots.txt Crawl-delay obeyed", parse=parse_float,
+        unit="seconds", bounds=(0, None),
+    )
+    sitemaps: bool = key(
+        True, "sitemaps", "follow robots.txt `Sitemap:` lines (indexes and .gz too)",
+        parse=parse_onoff,
+    )
+    sitemap_priority: int = key(
+        0, "sitemapPriority", "priority of the URLs sitemaps list (higher is fetched first)",
+        parse=parse_int, bounds=(0, 9),
+    )
+    follow_images: bool = key(
+        False, "followImages", "follow `<img src>` and keep image/* pages (larbin IMAGES)",
+        kind="flag",
+    )
+    any_type: bool = key(
+        False, "anyType", "keep pages of every content type, not only HTML (larbin ANYTYPE)",
+        kind="flag",
+    )
+    cookies: bool = key(
+        False, "cookies", "keep each site's Set-Cookie and send it back, bounded (larbin "
+        "COOKIES)", kind="flag",
+    )
+    cgi_level: int = key(
+        0, "cgiLevel", "1 refuses URLs containing `?`, `=` or `*` (larbin CGILEVEL)",
+        parse=parse_cgi_level,
+    )
+    depth_by_site: bool = key(
+        True, "depthBySite", "on: a link to another site starts there with the full "
+        "`depthInSite` again (larbin DEPTHBYSITE)", parse=parse_onoff,
+    )
+    cluster: str | None = key(
+        None, "cluster", "the Redis that the nodes of one crawl share (scale-out); unset: one "
+        "process", syntax="redis://host:port/db",
+    )
+    cluster_name: str = key(
+        "larbinpy", "clusterName", "key prefix in Redis, one per crawl sharing it",
+    )
+    node_id: str | None = key(
+        None, "nodeId", "this node's id in the cluster; reuse an id to take its URLs back",
+        default_doc="host:pid",
+    )
+    # where each key was set, for errors found after parsing (lower-case key -> line)
+    lines: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+
+    def effective_outputs(self) -> list[str]:
+        """The outputs in force: `save` when none was configured, nothing for `none`."""
+        chosen = self.outputs or ["save"]
+        return [o for o in chosen if o != "none"]
+
+    def error(self, key: str, message: str) -> ConfigError:
+        """A ConfigError pointing at the line where `key` was set."""
+        return ConfigError(self.path, self.lines.get(key.lower()), message)
+
+
+def _default_of(f: Field[Any]) -> Any:
+    """A field's default value (a fresh one for a list)."""
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def _table() -> dict[str, Key]:
+    """Every key by its lower-case name, in declaration order, with its field and default."""
+    table: dict[str, Key] = {}
+    for f in fields(Config):
+        spec = f.metadata.get("key")
+        if spec is not None:
+            table[spec.larbin.lower()] = replace(spec, attr=f.name, default=_default_of(f))
+    return table
+
+
+KEYS: dict[str, Key] = _table()
 
 
 # --- parsing --------------------------------------------------------------------------------
@@ -398,88 +640,51 @@ def parse_config(text: str, path: str = "larbin.conf") -> Config:
 def _parse_key(cfg: Config, tokens: list[Token], i: int) -> int:
     """Apply the key at tokens[i]; return the index of the next key."""
     tok = tokens[i]
-    key = tok.text.lower()
-    cfg.lines.setdefault(key, tok.line)
-    if key == "starturl":
-        value = _next_value(cfg, tokens, i, key)
-        cfg.start_urls.append(StartUrl(value.text, cfg.depth_in_site, value.line))
-        return i + 2
-    if key == "proxy":
-        return _parse_proxy(cfg, tokens, i)
-    if key not in KEYS:
+    name = tok.text.lower()
+    cfg.lines.setdefault(name, tok.line)
+    spec = KEYS.get(name)
+    if spec is None:
         raise ConfigError(cfg.path, tok.line, f"unknown key {tok.text!r}")
-    name, kind, parser = KEYS[key]
-    if kind == "flag":
-        setattr(cfg, name, True)
+    if spec.read is not None:
+        return spec.read(cfg, tokens, i)
+    if spec.kind == "flag":
+        setattr(cfg, spec.attr, True)
         return i + 1
-    if kind == "list":
-        return _parse_list(cfg, tokens, i, name, parser)
-    value = _next_value(cfg, tokens, i, key)
-    parsed = _convert(cfg, value, parser, tok.text)
-    if kind == "repeat":
-        getattr(cfg, name).append(parsed)
+    if spec.kind == "list":
+        return _parse_list(cfg, tokens, i, spec)
+    parsed = _convert(cfg, _next_value(cfg, tokens, i), spec.parse, tok.text)
+    if spec.kind == "repeat":
+        getattr(cfg, spec.attr).append(parsed)
     else:
-        setattr(cfg, name, int(parsed) if key == "cgilevel" else parsed)
+        setattr(cfg, spec.attr, parsed)
     return i + 2
 
 
-def _next_value(cfg: Config, tokens: list[Token], i: int, key: str) -> Token:
-    """The token after a key on the same line, or an error naming the key's line."""
-    tok = tokens[i]
-    if i + 1 >= len(tokens) or tokens[i + 1].line != tok.line:
-        raise ConfigError(cfg.path, tok.line, f"{tok.text} needs a value")
-    return tokens[i + 1]
-
-
-def _convert(cfg: Config, value: Token, parser: Callable[[str], Any], key: str) -> Any:
-    """Run a value parser, turning its ValueError into a ConfigError at the value's line."""
-    try:
-        return parser(value.text)
-    except ValueError as exc:
-        raise ConfigError(cfg.path, value.line, f"bad value for {key}: {exc}") from None
-
-
-def _parse_list(
-    cfg: Config, tokens: list[Token], i: int, name: str, parser: Callable[[str], Any]
-) -> int:
+def _parse_list(cfg: Config, tokens: list[Token], i: int, spec: Key) -> int:
     """Values after a list key up to the token `end` (they may span lines)."""
     start = tokens[i]
     items: list[Any] = []
     j = i + 1
     while j < len(tokens) and tokens[j].text.lower() != "end":
-        items.append(_convert(cfg, tokens[j], parser, start.text))
+        items.append(_convert(cfg, tokens[j], spec.parse, start.text))
         j += 1
     if j >= len(tokens):
         raise ConfigError(cfg.path, start.line, f"{start.text} list is missing its 'end'")
-    current = getattr(cfg, name)
-    setattr(cfg, name, (current or []) + items)
+    current = getattr(cfg, spec.attr)
+    setattr(cfg, spec.attr, (current or []) + items)
     return j + 1
 
 
-def _parse_proxy(cfg: Config, tokens: list[Token], i: int) -> int:
-    """`proxy host port` — two values."""
-    tok = tokens[i]
-    if i + 2 >= len(tokens) or tokens[i + 2].line != tok.line:
-        raise ConfigError(cfg.path, tok.line, "proxy needs a host and a port")
-    port = _convert(cfg, tokens[i + 2], parse_int, "proxy")
-    if not 0 < port < 65536:
-        raise ConfigError(cfg.path, tok.line, f"bad proxy port {port}")
-    cfg.proxy = (tokens[i + 1].text, port)
-    return i + 3
-
-
 def validate(cfg: Config) -> None:
-    """Checks that need the whole file: ranges, combinations, unsupported values."""
-    for key, low, high in RANGES:
-        if key not in cfg.lines:
+    """Checks that need the whole file: ranges and combinations."""
+    for name, spec in KEYS.items():
+        if spec.bounds is None or name not in cfg.lines:
             continue
-        value = getattr(cfg, KEYS[key][0])
+        low, high = spec.bounds
+        value = getattr(cfg, spec.attr)
         if value < low or (high is not None and value > high):
             bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-            raise cfg.error(key, f"{SPELLING[key]} must be {bound}, got {value}")
-    for key, is_used in NOT_SUPPORTED_YET.items():
-        if is_used(cfg):
-            raise cfg.error(key, f"{SPELLING[key]}: not supported yet in this version of larbinpy")
+            raise cfg.error(name, f"{spec.larbin} must be {bound}, got {value}")
     if "none" in cfg.outputs and len(cfg.outputs) > 1:
         raise cfg.error("output", "output none cannot be combined with other outputs")
     if cfg.ca_file is not None and not Path(cfg.ca_file).is_file():
@@ -492,32 +697,17 @@ def validate(cfg: Config) -> None:
                                    f"{cfg.cluster!r}")
 
 
-# How each key is spelled in larbin.conf (the parser itself is case-insensitive).
-SPELLING = {k.lower(): k for k in (
-    "From UserAgent httpPort inputPort pagesConnexions dnsConnexions depthInSite noExternalLinks "
-    "waitDuration limitToDomain forbiddenExtensions dnsServers excludePatterns includePatterns "
-    "connectionsPerHost stateDir hashSize hashFunctions output saveDir warcMaxSize warcPrefix "
-    "userOutput specificSearch contentTypes maxPageSize maxUrlLength maxRedirects maxPagesPerSite "
-    "timeoutConnect timeoutRead timeoutTotal minRate maxBandwidth perCall exitAtEnd httpHost "
-    "inputToken seedFile robots robotsTtl noDup allowNetworks stripParams maxLinksPerPage "
-    "checkpointInterval inputMaxBody inputMaxUrls logFile tlsVerify caFile ipVersion proxyDns "
-    "maxRetries maxRetryAfter maxCrawlDelay sitemaps sitemapPriority followImages anyType cookies "
-    "cgiLevel depthBySite cluster clusterName nodeId startUrl proxy"
-).split()}
+# --- describing -----------------------------------------------------------------------------
 
 
 def describe(cfg: Config) -> str:
     """The effective configuration, one `key value` line each, for `check-config`."""
     lines = [f"# effective configuration of {cfg.path}"]
-    names = {name: SPELLING[key] for key, (name, _, _) in KEYS.items()}
-    names.update(start_urls="startUrl", proxy="proxy")
-    for f in fields(cfg):
-        if f.name in ("path", "lines"):
-            continue
-        value = getattr(cfg, f.name)
+    for spec in KEYS.values():
+        value = getattr(cfg, spec.attr)
         if isinstance(value, list):
             value = " ".join(_show(v) for v in value) or "(none)"
-        lines.append(f"{names[f.name]:<20} {_show(value)}")
+        lines.append(f"{spec.larbin:<20} {_show(value)}")
     return "\n".join(lines)
 
 
@@ -532,3 +722,103 @@ def _show(value: Any) -> str:
     if value is None:
         return "(unset)"
     return str(value)
+
+
+def value_form(spec: Key) -> str:
+    """How a key's value is written: `integer`, `on | off`, `regex ... end`, ..."""
+    if spec.kind == "flag":
+        return "flag"
+    form = spec.syntax or SYNTAX.get(spec.parse, "text")
+    if spec.kind == "list":
+        return f"{form} ... end"
+    if spec.kind == "repeat":
+        return f"{form}, repeatable"
+    return form
+
+
+def default_text(spec: Key) -> str:
+    """A key's default as docs/configuration.md and the `[...]` notes of larbin.conf show it."""
+    if spec.default_doc is not None:
+        return spec.default_doc
+    value = spec.default
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None or value == "" or value == []:
+        return "none"
+    return _number(value, spec.unit) if isinstance(value, int | float) else str(value)
+
+
+def range_text(spec: Key) -> str:
+    """A key's allowed values, when it has bounds: `0 to 65535`, `at least 1`."""
+    if spec.bounds is None:
+        return ""
+    low, high = (None if b is None else _number(b, spec.unit) for b in spec.bounds)
+    return f"{low} to {high}" if high is not None else f"at least {low}"
+
+
+def _number(value: float, unit: str) -> str:
+    """A number as larbin.conf could say it: `60`, `0.5`, `10MiB` (bytes), `2^30` (big powers)."""
+    if isinstance(value, float) and not value.is_integer():
+        return repr(value)
+    n = int(value)
+    if unit == "bytes":
+        for suffix, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+            if n and n % size == 0:
+                return f"{n // size}{suffix}"
+    if n >= 1 << 16 and n & (n - 1) == 0:
+        return f"2^{n.bit_length() - 1}"
+    return str(n)
+
+
+MARKDOWN_HEAD = """\
+# larbin.conf reference
+
+<!-- Generated by `make docs` (python -m larbinpy.config --markdown) from the key table in
+larbinpy/config.py: edit the table, not this file. -->
+
+larbinpy reads larbin's configuration file with larbin's syntax: whitespace-separated tokens,
+`#` starts a comment to the end of the line, `"..."` is one token with spaces, keys are
+case-insensitive. An unknown key, a bad value or a value out of range stops larbinpy with the file
+and line of the mistake (exit code 2). `larbinpy check-config -c FILE` checks a file and prints
+every key's value in force. The shipped `larbin.conf` shows every key with its default.
+
+How values are written:
+
+- integer: digits, `2^N`, or a size with a suffix: `k`, `M`, `G` (powers of 1000) or `KiB`,
+  `MiB`, `GiB` (powers of 1024), as in `10MiB`;
+- number: a decimal number such as `0.5`;
+- `on | off`: also `yes` / `no`, `true` / `false`, `1` / `0`;
+- flag: the key alone turns the option on; without it the option is off;
+- `... end`: a list, values up to the token `end`, over several lines if need be; a list key
+  given twice adds to the list;
+- repeatable: one value a line; the key may be given again to add another.
+
+The Unit column says what a number counts; a value outside the Range column is an error.
+"""
+
+
+def markdown() -> str:
+    """docs/configuration.md: every key with its value form, default, unit, range and doc."""
+    out = [MARKDOWN_HEAD, "| Key | Value | Default | Unit | Range | Description |",
+           "|---|---|---|---|---|---|"]
+    for spec in KEYS.values():
+        cells = (f"`{spec.larbin}`", value_form(spec), default_text(spec), spec.unit,
+                 range_text(spec), spec.doc)
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m larbinpy.config --markdown`: print the key reference (make docs)."""
+    p = argparse.ArgumentParser(
+        prog="python -m larbinpy.config", description="larbin.conf's key table, as a document."
+    )
+    p.add_argument("--markdown", action="store_true", help="print docs/configuration.md")
+    if not p.parse_args(argv).markdown:
+        p.error("nothing to do: give --markdown")
+    sys.stdout.write(markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -21,6 +21,7 @@ from larbinpy import __version__
 from larbinpy.config import Config
 from larbinpy.daemon.ports import Ports
 from larbinpy.daemon.progress import Progress
+from larbinpy.daemon.status import Figures, Gauges
 from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
 from larbinpy.frontier.seen import BitmapSeenSet
 from larbinpy.frontier.sites import Sites
@@ -131,6 +132,27 @@ class Crawler:
         self.opener.consider(site)
         self.changed()
 
+    # --- what the daemon's faces show (daemon.status.StatusSource) ---
+
+    def gauges(self) -> Gauges:
+        """The figures that cost nothing to read (the progress line, every second)."""
+        return Gauges(
+            stats=self.stats, queued_per_priority=self.frontier.sizes(),
+            queued_in_sites=self.sites.queued, sites_known=len(self.sites.by_key),
+            in_flight=self.opener.in_flight, idle=self.idle(), stopping=self.stop_requested,
+        )
+
+    def figures(self) -> Figures:
+        """Every figure of the status page, status.json and /metrics (walks the sites)."""
+        sites = self.sites.by_key.values()
+        return Figures(
+            gauges=self.gauges(), site_states=self.sites.count_by_state(),
+            sites_parked=sum(1 for s in sites if s.timer is not None or s.waiting_ip),
+            outputs=self.outputs.status(),
+            cluster=self.cluster.status() if self.cluster is not None else None,
+            version=self.version, tls_verify=self.cfg.tls_verify, proxy=self.cfg.proxy,
+        )
+
     # --- run ---
 
     async def run(self) -> int:
@@ -144,7 +166,7 @@ class Crawler:
                  asyncio.ensure_future(self._tick()),
                  asyncio.ensure_future(self._checkpoints())]
         self._install_signals()
-        ports = Ports(self)
+        ports = Ports(self.cfg, self, self.input.submit, self.changed)
         try:
             if self.cluster is not None:
                 await self.cluster.start()

@@ -14,6 +14,15 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from larbinpy.stats import Outcome
+
+
+class JobKind(enum.IntEnum):
+    """What a fetched URL is for; written as its number in the state directory's job lines."""
+
+    PAGE = 0  # a page: handed to the outputs, its links to input
+    SITEMAP = 1  # a sitemap: parsed for URLs, not output as a page
+
 
 @dataclass(slots=True)
 class Job:
@@ -24,12 +33,8 @@ class Job:
     priority: int = 0
     hops: int = 0  # redirects followed to reach this URL
     tag: int = 0  # larbin's URL_TAGS: given with a submitted URL, kept across redirects
-    kind: int = 0  # PAGE or SITEMAP (a sitemap is parsed for URLs, not output as a page)
+    kind: JobKind = JobKind.PAGE
     retries: int = 0  # times a 429/503 sent it back to its site's queue
-
-
-PAGE = 0
-SITEMAP = 1
 
 
 class SiteState(enum.Enum):
@@ -62,7 +67,8 @@ class Site:
     queue: deque[Job] = field(default_factory=deque)
     ip: IpSlot | None = None
     dead_until: float = 0.0
-    dead_reason: str = "noDNS"  # outcome counted for URLs that arrive while the site is dead
+    # counted for the URLs that arrive while the site is dead
+    dead_reason: Outcome = Outcome.noDNS
     robots: Any = None  # a Protego parser, or None for "allow all"
     robots_expires: float = 0.0  # 0: robots.txt still to fetch before any page
     robots_failures: int = 0

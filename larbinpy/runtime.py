@@ -5,9 +5,9 @@ Every stage runs on the one loop this module starts (uvloop when installed, else
 Before it starts, glibc's allocator is told to keep some freed heap: lexbor builds a tree of about
 25 bytes per byte of HTML and frees it a page later, and with glibc's defaults each page's tree
 grows the heap with brk and trims it back, so the kernel zero-fills fresh pages for every page
-parsed. Keeping a 16 MiB pad made parsing a 15 KB page 46 -> 28 µs and cut the crawl's system
-time by about 40% (`larbinpy bench --output none`, see README). It is a constant, not a key: the
-memory it costs is 16 MiB once, whatever the crawl's size.
+parsed. With a 16 MiB pad the tree reuses the same heap pages page after page, which makes
+parsing and the crawl's system time markedly cheaper (docs/benchmarks.md). It is a constant, not
+a key: the memory it costs is 16 MiB once, whatever the crawl's size.
 """
 
 from __future__ import annotations

@@ -5,15 +5,40 @@ Every fetch outcome is counted under exactly one kind: larbin's list, extended (
 
 from __future__ import annotations
 
+import enum
 import time
-from collections import Counter, deque
+from collections import deque
 
-OUTCOMES = (
-    "success", "noDNS", "noConnection", "forbiddenRobots", "timeout", "badType", "tooBig",
-    "err30X", "err40X", "err50X", "earlyStop", "duplicate", "tooDeep", "urlDup", "outOfScope",
-    "trap", "tooManyRedirects", "badEncoding", "deniedNetwork", "tlsError", "backedOff",
-    "badHttp",  # malformed status line, headers or chunking (truncated bodies are earlyStop)
-)
+
+class Outcome(enum.StrEnum):
+    """What happened to one URL: larbin's list of fetch outcomes, extended (SPEC.md).
+
+    Members are named and valued as the status page, the metrics and SPEC.md spell them, so a
+    kind is greppable from the page to the code; a misspelt kind is an AttributeError.
+    """
+
+    success = "success"
+    noDNS = "noDNS"
+    noConnection = "noConnection"
+    forbiddenRobots = "forbiddenRobots"
+    timeout = "timeout"
+    badType = "badType"
+    tooBig = "tooBig"
+    err30X = "err30X"
+    err40X = "err40X"
+    err50X = "err50X"
+    earlyStop = "earlyStop"
+    duplicate = "duplicate"
+    tooDeep = "tooDeep"
+    urlDup = "urlDup"
+    outOfScope = "outOfScope"
+    trap = "trap"
+    tooManyRedirects = "tooManyRedirects"
+    badEncoding = "badEncoding"
+    deniedNetwork = "deniedNetwork"
+    tlsError = "tlsError"
+    backedOff = "backedOff"
+    badHttp = "badHttp"  # malformed status line, headers or chunking (truncated bodies: earlyStop)
 
 
 class Stats:
@@ -21,7 +46,7 @@ class Stats:
 
     def __init__(self) -> None:
         self.started = time.monotonic()
-        self.outcomes: Counter[str] = Counter({k: 0 for k in OUTCOMES})
+        self.outcomes: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
         self.pages = 0  # responses read (any status)
         self.bytes = 0  # body bytes read
         self.urls_seen = 0  # URLs accepted by the hash set
@@ -32,7 +57,7 @@ class Stats:
         # (monotonic time, pages, bytes) samples, one a second, for "last 10 s" rates
         self.samples: deque[tuple[float, int, int]] = deque(maxlen=600)
 
-    def count(self, kind: str, n: int = 1) -> None:
+    def count(self, kind: Outcome, n: int = 1) -> None:
         """Count `n` outcomes of one kind."""
         self.outcomes[kind] += n
 
@@ -58,4 +83,4 @@ class Stats:
 
     def errors(self) -> int:
         """Fetch outcomes that were not a success."""
-        return sum(v for k, v in self.outcomes.items() if k != "success")
+        return sum(v for k, v in self.outcomes.items() if k is not Outcome.success)

@@ -21,7 +21,7 @@ from larbinpy.frontier import diskqueue
 from larbinpy.frontier.diskqueue import DiskFrontier, SegmentFifo, SiteSpill
 from larbinpy.frontier.joblines import decode_job, encode_jobs
 from larbinpy.frontier.state import StateDir, StateError
-from larbinpy.records import Job
+from larbinpy.records import Job, JobKind
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -175,7 +175,7 @@ def test_a_checkpoint_written_by_hand_in_the_format_loads(tmp_path: Path) -> Non
 @given(st.lists(st.builds(
     Job, st.text(st.characters(blacklist_characters="\n", blacklist_categories=("Cs",))),
     st.integers(-2**40, 2**40), st.integers(-9, 9), st.integers(0, 20), st.integers(-5, 5),
-    st.integers(0, 1), st.integers(0, 9))))
+    st.sampled_from(JobKind), st.integers(0, 9))))
 def test_every_job_line_decodes_to_the_job_it_encodes(jobs: list[Job]) -> None:
     lines = encode_jobs(jobs).encode("utf-8", "surrogateescape").split(b"\n")
     assert lines[-1] == b"" and [decode_job(line) for line in lines[:-1]] == jobs

@@ -99,6 +99,34 @@ async def test_status_page_json_and_metrics_show_the_figures(make_web):
         outcomes = {s.labels["kind"]: s.value for s in metrics["larbinpy_fetch_outcomes"].samples}
         assert outcomes["success"] == 3
         assert metrics["larbinpy_idle"].samples[0].value == 1
+        assert sorted(metrics) == sorted(METRIC_FAMILIES)
+        sites = {s.labels["state"]: s.value for s in metrics["larbinpy_sites"].samples}
+        assert sites == {"known": 1, "waiting_dns": 0, "waiting_robots": 0, "ready": 1,
+                         "parked": 0, "dead": 0}
+        async with client.get(status_url + "/status.json") as r:
+            status = await r.json()
+        # status.json is a contract (SPEC.md): its fields, in order
+        assert list(status) == STATUS_FIELDS
+        assert status["sites"] == sites
+        assert status["queued_per_priority"] == {"0": 0} and status["queued_in_sites"] == 0
+        assert (status["pages"], status["urls_seen"], status["connections_open"]) == (3, 3, 0)
+        assert status["idle"] is True and status["stopping"] is False
+        assert status["cluster"] is None and status["proxy"] is None
+        assert status["outcomes"]["success"] == 3 and status["errors"] == 0
+
+
+STATUS_FIELDS = [
+    "version", "uptime_s", "pages", "bytes", "pages_per_s", "bytes_per_s", "urls_seen",
+    "queued_per_priority", "queued_in_sites", "sites", "connections_open", "dns_queries",
+    "robots_fetches", "robots_refusals", "links_dropped", "output_errors", "outputs", "outcomes",
+    "errors", "history", "tls_verify", "proxy", "idle", "cluster", "stopping",
+]
+METRIC_FAMILIES = [
+    "larbinpy_pages", "larbinpy_body_bytes", "larbinpy_urls_seen", "larbinpy_dns_queries",
+    "larbinpy_robots_fetches", "larbinpy_fetch_outcomes", "larbinpy_queued_urls",
+    "larbinpy_sites", "larbinpy_connections_open", "larbinpy_uptime_seconds",
+    "larbinpy_tls_verify", "larbinpy_idle",
+]
 
 
 @pytest.mark.parametrize(

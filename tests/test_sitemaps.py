@@ -12,7 +12,7 @@ from larbinpy.config import parse_config
 from larbinpy.demo import Page, Site
 from larbinpy.links.sitemaps import MAX_URLS, parse
 from larbinpy.links.urls import Normalizer
-from larbinpy.records import SITEMAP, Job
+from larbinpy.records import Job, JobKind
 from larbinpy.stages.input import Input
 from larbinpy.stats import Stats
 
@@ -141,6 +141,6 @@ def test_sitemap_urls_get_sitemap_priority_and_full_depth():
     inp.add_sitemap_urls("http://a.test/s.xml", ["http://a.test/p", "/q", "http://a.test/p"])
     inp.add_sitemaps("http://a.test/s.xml", ["/deeper.xml"], -1)
     assert [(j.url, j.priority, j.depth, j.kind) for j in frontier.jobs] == [
-        ("http://a.test/s.xml", 7, 2, SITEMAP),
+        ("http://a.test/s.xml", 7, 2, JobKind.SITEMAP),
         ("http://a.test/p", 7, 3, 0), ("http://a.test/q", 7, 3, 0)]
     assert inp.stats.outcomes["tooDeep"] == 1

@@ -34,7 +34,7 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from larbinpy.records import Job
+from larbinpy.records import Job, JobKind
 
 log = logging.getLogger("larbinpy.cluster")
 
@@ -59,7 +59,9 @@ def encode_extra(job: Job) -> str:
 
 def decode_job(url: str, extra: str) -> Job:
     """The job of a URL and its extra string."""
-    return Job(url=url, **json.loads(extra))
+    job = Job(url=url, **json.loads(extra))
+    job.kind = JobKind(job.kind)
+    return job
 
 
 def decode_lines(data: bytes) -> list[Job]:

@@ -32,7 +32,7 @@ from larbinpy.frontier.interface import Frontier
 from larbinpy.frontier.seen import BitmapSeenSet
 from larbinpy.links.urls import site_key
 from larbinpy.records import Job
-from larbinpy.stats import Stats
+from larbinpy.stats import Outcome, Stats
 
 log = logging.getLogger("larbinpy.cluster")
 
@@ -179,4 +179,4 @@ class Admission:
         self.sent += sent
         self.stats.urls_seen += len(own) + sent
         if dups:
-            self.stats.count("urlDup", dups)
+            self.stats.count(Outcome.urlDup, dups)

@@ -2,7 +2,8 @@
 
 - `httpPort` (read-only): `GET /` the status page, `GET /status.json`, `GET /metrics`.
 - `inputPort` (write): `POST /urls` hands URLs to the input stage, JSON or larbin's text form.
-They may share one port. Bad requests get a 4xx with a reason and queue nothing.
+They may share one port. Bad requests get a 4xx with a reason and queue nothing. The ports see
+the crawl only through `status.StatusSource` and the `SubmitUrls` callable the crawler hands them.
 
 A URL may carry an integer tag (larbin's URL_TAGS), kept across redirects and written by the
 `save` and `links` outputs: JSON `"tag": N` for every URL of the body, or `{"url": u, "tag": N}`
@@ -14,16 +15,15 @@ from __future__ import annotations
 import hmac
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from larbinpy.daemon.status import snapshot
+from larbinpy.config import Config
+from larbinpy.daemon.status import StatusSource, snapshot
 from larbinpy.daemon.statuspage import metrics_text, render_html
-
-if TYPE_CHECKING:
-    from larbinpy.crawler import Crawler
 
 MAX_PRIORITY = 9  # each priority is a FIFO with its own files: keep their number small
 TAG_MIN, TAG_MAX = -(2**31), 2**31 - 1  # larbin's tags are C ints
@@ -35,6 +35,17 @@ class BadSubmission(Exception):
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
         self.status, self.reason = status, reason
+
+
+class Accepted(Protocol):
+    """The input stage's answer to a submission."""
+
+    accepted: int  # URLs queued
+    rejected: list[tuple[str, str]]  # (URL as given, reason)
+
+
+# the input stage's submit: (URLs, priority, depth or None for depthInSite, force) -> answer
+SubmitUrls = Callable[[list[str | tuple[str, int]], int, int | None, bool], Accepted]
 
 
 @dataclass
@@ -155,9 +166,11 @@ def _larbin_header(line: str) -> dict[str, str]:
 class Ports:
     """The status and input listeners of one crawl."""
 
-    def __init__(self, crawler: Crawler) -> None:
-        self.crawler = crawler
-        self.cfg = crawler.cfg
+    def __init__(self, cfg: Config, source: StatusSource, submit: SubmitUrls,
+                 changed: Callable[[], None]) -> None:
+        self.cfg, self.source = cfg, source
+        self.submit_urls = submit
+        self.changed = changed  # told after each submission: the crawl may not be idle now
         self.runners: list[web.AppRunner] = []
 
     async def start(self) -> None:
@@ -198,15 +211,15 @@ class Ports:
 
     async def page(self, request: web.Request) -> web.Response:
         """GET /: the HTML status page."""
-        return web.Response(text=render_html(snapshot(self.crawler)), content_type="text/html")
+        return web.Response(text=render_html(snapshot(self.source)), content_type="text/html")
 
     async def status_json(self, request: web.Request) -> web.Response:
         """GET /status.json."""
-        return web.json_response(snapshot(self.crawler))
+        return web.json_response(snapshot(self.source))
 
     async def metrics(self, request: web.Request) -> web.Response:
         """GET /metrics: Prometheus text format."""
-        body, ctype = metrics_text(snapshot(self.crawler))
+        body, ctype = metrics_text(snapshot(self.source))
         return web.Response(body=body, headers={"Content-Type": ctype})
 
     async def submit(self, request: web.Request) -> web.Response:
@@ -216,8 +229,8 @@ class Ports:
             sub = await self._parse(request)
         except BadSubmission as exc:
             return web.json_response({"error": exc.reason}, status=exc.status)
-        result = self.crawler.input.submit(sub.urls, sub.priority, sub.depth, sub.force)
-        self.crawler.changed()
+        result = self.submit_urls(sub.urls, sub.priority, sub.depth, sub.force)
+        self.changed()
         return web.json_response(
             {"accepted": result.accepted,
              "rejected": [{"url": u, "reason": r} for u, r in result.rejected]},

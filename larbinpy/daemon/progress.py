@@ -1,16 +1,14 @@
 """What the operator sees in the terminal: a live one-line display and a final summary.
 
-Not a pipeline stage: it only reads the crawler's counters once a second.
+Not a pipeline stage: it only reads the crawl's gauges (`status.StatusSource`) once a second.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from larbinpy.crawler import Crawler
+from larbinpy.daemon.status import StatusSource
 
 
 def human_bytes(n: float) -> str:
@@ -25,18 +23,18 @@ def human_bytes(n: float) -> str:
 class Progress:
     """Live line on stderr (only in a terminal) and the summary line (always)."""
 
-    def __init__(self, crawler: Crawler, enabled: bool) -> None:
-        self.crawler = crawler
+    def __init__(self, source: StatusSource, enabled: bool) -> None:
+        self.source = source
         self.enabled = enabled and sys.stderr.isatty()
 
     def line(self) -> str:
         """pages, pages/s, bytes/s, queue, errors."""
-        c = self.crawler
-        pps, bps = c.stats.rates()
-        queued = len(c.frontier) + c.sites.queued
+        g = self.source.gauges()
+        pps, bps = g.stats.rates()
+        queued = sum(g.queued_per_priority.values()) + g.queued_in_sites
         return (
-            f"{c.stats.pages} pages  {pps:.0f} pages/s  {human_bytes(bps)}/s  "
-            f"queue {queued}  in flight {c.opener.in_flight}  errors {c.stats.errors()}"
+            f"{g.stats.pages} pages  {pps:.0f} pages/s  {human_bytes(bps)}/s  "
+            f"queue {queued}  in flight {g.in_flight}  errors {g.stats.errors()}"
         )
 
     def update(self) -> None:
@@ -47,14 +45,15 @@ class Progress:
 
     def summary(self) -> None:
         """One final line: what the crawl did."""
-        c = self.crawler
+        g = self.source.gauges()
+        stats = g.stats
         if self.enabled:
             sys.stderr.write("\r\x1b[2K")
-        elapsed = time.monotonic() - c.stats.started
-        kinds = ", ".join(f"{k} {v}" for k, v in c.stats.outcomes.items() if v)
+        elapsed = time.monotonic() - stats.started
+        kinds = ", ".join(f"{k} {v}" for k, v in stats.outcomes.items() if v)
         sys.stderr.write(
-            f"larbinpy: {'stopped' if c.stop_requested else 'done'} after {elapsed:.1f} s: "
-            f"{c.stats.pages} pages ({c.stats.pages / max(elapsed, 1e-9):.1f}/s), "
-            f"{human_bytes(c.stats.bytes)}, {c.stats.urls_seen} URLs seen, "
-            f"{len(c.sites.by_key)} sites; outcomes: {kinds or 'none'}\n"
+            f"larbinpy: {'stopped' if g.stopping else 'done'} after {elapsed:.1f} s: "
+            f"{stats.pages} pages ({stats.pages / max(elapsed, 1e-9):.1f}/s), "
+            f"{human_bytes(stats.bytes)}, {stats.urls_seen} URLs seen, "
+            f"{g.sites_known} sites; outcomes: {kinds or 'none'}\n"
         )

@@ -1,59 +1,100 @@
 """The crawl's figures in one dict: what the status page, status.json and /metrics show.
 
-Not a pipeline stage: it only reads each stage's counters.
+Not a pipeline stage. The daemon's faces never read the crawler's stages: the crawler hands
+them plain readings (`Gauges`, `Figures`) through the `StatusSource` protocol, so nothing in
+`larbinpy.daemon` imports the crawler or the stages.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from larbinpy.crawler import Crawler
+from larbinpy.stats import Stats
 
 
-def snapshot(crawler: Crawler) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Gauges:
+    """The figures that cost nothing to read (the progress line reads them every second)."""
+
+    stats: Stats  # outcome counters and throughput samples; read, never written
+    queued_per_priority: dict[int, int]  # the frontier's FIFOs
+    queued_in_sites: int  # jobs in the site queues, in memory and spilled
+    sites_known: int
+    in_flight: int  # fetches running (connections open)
+    idle: bool  # nothing queued, parked or in flight anywhere (Crawler.idle)
+    stopping: bool  # a stop was requested
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """Every figure of the status page: the gauges plus what takes a walk over the sites."""
+
+    gauges: Gauges
+    site_states: dict[str, int]  # sites by SiteState value ("waiting DNS", "ready", ...)
+    sites_parked: int  # sites waiting on a politeness timer or their IP's turn
+    outputs: dict[str, Any]  # the outputs' own status dict
+    cluster: dict[str, Any] | None  # scale-out: every node's figures (cluster/__init__.py)
+    version: str
+    tls_verify: bool
+    proxy: tuple[str, int] | None
+
+
+class StatusSource(Protocol):
+    """What the daemon's faces read of a running crawl (`Crawler` provides it)."""
+
+    def gauges(self) -> Gauges:
+        """The cheap figures, now."""
+        ...
+
+    def figures(self) -> Figures:
+        """Every figure, now."""
+        ...
+
+
+def snapshot(source: StatusSource) -> dict[str, Any]:
     """Every figure of the status page, JSON-ready."""
-    stats = crawler.stats
+    f = source.figures()
+    g, stats = f.gauges, f.gauges.stats
     pps10, bps10 = stats.rates(10.0)
     pps, bps = stats.overall_rates()
-    sites = crawler.sites.count_by_state()
-    parked = sum(1 for s in crawler.sites.by_key.values() if s.timer is not None or s.waiting_ip)
+    states = f.site_states
     return {
-        "version": crawler.version,
+        "version": f.version,
         "uptime_s": round(time.monotonic() - stats.started, 1),
         "pages": stats.pages,
         "bytes": stats.bytes,
         "pages_per_s": {"last_10s": round(pps10, 2), "since_start": round(pps, 2)},
         "bytes_per_s": {"last_10s": round(bps10, 1), "since_start": round(bps, 1)},
         "urls_seen": stats.urls_seen,
-        "queued_per_priority": {str(p): n for p, n in crawler.frontier.sizes().items()},
-        "queued_in_sites": crawler.sites.queued,
+        "queued_per_priority": {str(p): n for p, n in g.queued_per_priority.items()},
+        "queued_in_sites": g.queued_in_sites,
         "sites": {
-            "known": len(crawler.sites.by_key),
-            "waiting_dns": sites["waiting DNS"],
-            "waiting_robots": sites["waiting robots"],
-            "ready": sites["ready"],
-            "parked": parked,
-            "dead": sites["dead"],
+            "known": g.sites_known,
+            "waiting_dns": states["waiting DNS"],
+            "waiting_robots": states["waiting robots"],
+            "ready": states["ready"],
+            "parked": f.sites_parked,
+            "dead": states["dead"],
         },
-        "connections_open": crawler.opener.in_flight,
+        "connections_open": g.in_flight,
         "dns_queries": stats.dns_queries,
         "robots_fetches": stats.robots_fetches,
         "robots_refusals": stats.outcomes["forbiddenRobots"],
         "links_dropped": stats.links_dropped,
         "output_errors": stats.output_errors,
-        "outputs": crawler.outputs.status(),
+        "outputs": f.outputs,
         "outcomes": dict(stats.outcomes),
         "errors": stats.errors(),
         "history": [
             {"t": round(t - stats.started, 1), "pages": p, "bytes": b}
             for t, p, b in list(stats.samples)[-300:]
         ],
-        "tls_verify": crawler.cfg.tls_verify,
-        "proxy": "{}:{}".format(*crawler.cfg.proxy) if crawler.cfg.proxy else None,
-        "idle": crawler.idle(),
+        "tls_verify": f.tls_verify,
+        "proxy": "{}:{}".format(*f.proxy) if f.proxy else None,
+        "idle": g.idle,
         # scale-out: this node's id, every node's figures and the totals (cluster/__init__.py)
-        "cluster": crawler.cluster.status() if crawler.cluster is not None else None,
-        "stopping": crawler.stop_requested,
+        "cluster": f.cluster,
+        "stopping": g.stopping,
     }

@@ -9,7 +9,7 @@ any character but a newline (a tab included). `encode_jobs` runs for every URL p
 
 from __future__ import annotations
 
-from larbinpy.records import Job
+from larbinpy.records import Job, JobKind
 
 __all__ = ["decode_job", "encode_jobs"]
 
@@ -37,4 +37,4 @@ def decode_job(line: bytes) -> Job:
     except ValueError:  # the rare tagged, sitemap or retried job: only it pays for the split
         h, tag, kind, retries = hops.split(b":")
         return Job(url.decode("utf-8", "surrogateescape"), int(depth), int(priority), int(h),
-                   int(tag), int(kind), int(retries))
+                   int(tag), JobKind(int(kind)), int(retries))

@@ -24,7 +24,7 @@ _hash64 = xxhash.xxh3_64_intdigest
 _hash128 = xxhash.xxh3_128_intdigest
 _MASK64 = (1 << 64) - 1
 # Keys known to be seen, kept as strings in front of the bitmap: most links of a page were
-# seen on the site's previous pages, and a set lookup costs a twentieth of hashing the key
+# seen on the site's previous pages, and a set lookup is far cheaper than hashing the key
 # and touching a random cache line of the bitmap. Bounded: emptied when full.
 RECENT_MAX = 1 << 16
 RECENT_KEY_MAX = 200  # characters: longer URLs are not kept (65,536 of 2 kB would be 130 MB)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from larbinpy.frontier.diskqueue import SiteSpill
 from larbinpy.links.urls import host_of, site_key
 from larbinpy.records import IpSlot, Job, Site, SiteState
-from larbinpy.stats import Stats
+from larbinpy.stats import Outcome, Stats
 
 SITE_WINDOW = 128  # jobs of one site kept in memory
 MEMORY_JOBS = 200_000  # jobs of all sites kept in memory
@@ -110,7 +110,7 @@ class Sites:
         site.queue.extend(jobs)
         self.in_memory += len(jobs)
 
-    def drop(self, site: Site, kind: str) -> None:
+    def drop(self, site: Site, kind: Outcome) -> None:
         """Drop every queued job of a site, counted under `kind`."""
         n = len(site.queue)
         site.queue.clear()

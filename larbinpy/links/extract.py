@@ -18,12 +18,13 @@ from larbinpy.links.urls import Normalizer
 
 __all__ = ["extract_links"]
 
-# Link-bearing elements and the attribute that holds the URL. `tree.tags(name)` walks are
-# about 35 µs/page cheaper than one CSS selector query over the same elements.
+# Link-bearing elements and the attribute that holds the URL. `tree.tags(name)` walks, not
+# one CSS selector query over the same elements: lexbor sets its selector engine up per query
+# and matches slower than a tag-name walk (docs/benchmarks.md).
 _LINK_TAGS = (("a", "href"), ("area", "href"), ("frame", "src"), ("iframe", "src"))
 _IMAGE_TAGS = (("img", "src"),)
 _ASCII_WHITESPACE = " \t\n\f\r"
-# The tree as parsed, without lexbor's after-parse DOM updates: 5% less parse time. The only
+# The tree as parsed, without lexbor's after-parse DOM updates, which cost parse time. The only
 # update that touches links is <selectedcontent> mirroring the chosen <option>: without it, the
 # option's links are found where the option is, and links written inside <selectedcontent>
 # itself are kept (a browser would replace them) -- the source's links, not the rendered DOM's.
@@ -44,8 +45,8 @@ def extract_links(
     # Pure ASCII reads the same in every encoding a browser knows (WHATWG reads a declared
     # UTF-16 as UTF-8; UTF-7 and EBCDIC labels are unknown to it), so the parser need not look
     # for a declaration -- unless a 7-bit encoding may be shifting into two-byte text, whose
-    # bytes can spell "<a": ISO-2022-JP does it with ESC, HZ with "~{". (One-byte searches:
-    # memchr; a two-byte one takes 12 µs on a 15 kB page, four times the detection it saves.)
+    # bytes can spell "<a": ISO-2022-JP does it with ESC, HZ with "~{". (One-byte searches
+    # are memchr; searching for the two-byte "~{" would cost more than the detection it saves.)
     detect = not body.isascii() or b"\x1b" in body or b"~" in body
     try:
         tree = LexborHTMLParser(body, encoding=detect, options=_NO_EVENTS)

@@ -15,6 +15,7 @@ import time
 
 from larbinpy.config import Config
 from larbinpy.links.urls import host_of, path_of
+from larbinpy.stats import Outcome
 
 MAX_SEGMENT_REPEATS = 3  # /a/b/a/b/a/b/a is a trap; a real path rarely repeats a segment 4 times
 MAX_PATH_SEGMENTS = 40
@@ -39,25 +40,25 @@ class Scope:
         self.cgi = cfg.cgi_level >= 1
         self.max_year = time.gmtime().tm_year + CALENDAR_YEARS_AHEAD
 
-    def check(self, url: str) -> str | None:
+    def check(self, url: str) -> Outcome | None:
         """Why a normalized URL is out of scope (an outcome kind), or None if it is in."""
         if len(url) > self.max_length:
-            return "trap"
+            return Outcome.trap
         if self.domains and not self._domain_ok(host_of(url)):
-            return "outOfScope"
+            return Outcome.outOfScope
         path = path_of(url)
         if self.extensions and url_extension(path) in self.extensions:
-            return "outOfScope"
+            return Outcome.outOfScope
         if self.cgi and ("?" in path or "=" in path or "*" in path):
-            return "outOfScope"
+            return Outcome.outOfScope
         if self.exclude and any(p.search(url) for p in self.exclude):
-            return "outOfScope"
+            return Outcome.outOfScope
         if self.include and not any(p.search(url) for p in self.include):
-            return "outOfScope"
+            return Outcome.outOfScope
         if path.count("/") > 4 and is_trap_path(path):
-            return "trap"
+            return Outcome.trap
         if self._calendar(path):
-            return "trap"
+            return Outcome.trap
         return None
 
     def _calendar(self, path: str) -> bool:

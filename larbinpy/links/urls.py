@@ -272,9 +272,8 @@ class Normalizer:
         # One object per URL: the same URL reached by "p1.html", "/p1.html" and "http://h/p1.html"
         # is one string in both caches and the seen-set's memo, not three. Resolution is
         # memory-bound (each link is a lookup in a large dict), and fewer objects mean fewer
-        # cache lines read: resolving the hrefs of the bench's 20,000 synthetic pages in a loop
-        # took 14.3 µs a page instead of 17.3. (Our own table, cleared with the caches, not
-        # sys.intern: CPython 3.12.0-3.12.5 never frees interned strings.)
+        # cache lines read and less memory (docs/benchmarks.md). (Our own table, cleared with
+        # the caches, not sys.intern: CPython 3.12.0-3.12.5 never frees interned strings.)
         sub[href] = result if result is None else self._same.setdefault(result, result)
         self._cache_size += 1
 

@@ -3,7 +3,8 @@
 The whole site pauses, never the crawl: its politeness clock (`Site.ready_at`, which the
 opener obeys) is pushed to `Retry-After` (seconds or an HTTP date, capped by `maxRetryAfter`)
 or, without one, to an exponential back-off: max(the site's delay, BACKOFF_MIN) * 2^(n-1) for
-the n-th such answer in a row, also capped. A success resets n. Other sites keep their speed.
+the n-th such answer in a row, also capped. Any other answer resets n. Other sites keep
+their speed.
 """
 
 from __future__ import annotations

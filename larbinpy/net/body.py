@@ -3,7 +3,8 @@
 The HTTP client does not decompress (so the raw bytes stay available for WARC and a
 compression bomb cannot inflate behind our back): bodies are decoded here, incrementally,
 never producing more than `limit` bytes however small the compressed input. `minRate`
-(bytes/s, averaged after a grace period) cuts off servers that drip.
+(bytes/s, averaged after a grace period) cuts off servers that drip. `maxBandwidth` throttles
+through `Throttle` (the bandwidth stage's token bucket).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import aiohttp
 import brotli
 
-from larbinpy.stages.bandwidth import BandwidthLimiter
+from larbinpy.stats import Outcome
 
 ACCEPT_ENCODING = "gzip, deflate, br"
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -31,10 +33,18 @@ _AS_CP1252 = frozenset({"iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "a
 MIN_RATE_GRACE = 3.0  # seconds before minRate applies: slow starts are normal
 
 
+class Throttle(Protocol):
+    """A bandwidth budget the reading spends (stages.bandwidth.BandwidthLimiter)."""
+
+    async def take(self, nbytes: int) -> None:
+        """Spend `nbytes`, waiting while the budget is spent."""
+        ...
+
+
 class BodyError(Exception):
     """The body could not be read within the limits: `kind` is the outcome to count."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: Outcome) -> None:
         super().__init__(kind)
         self.kind = kind
 
@@ -59,7 +69,7 @@ def _inflater(encoding: str) -> Callable[[bytes, int], bytes] | None:
         return _ZlibInflater(zlib.MAX_WBITS, raw_fallback=True).feed
     if enc == "br":
         return _BrotliInflater().feed
-    raise BodyError("badEncoding")
+    raise BodyError(Outcome.badEncoding)
 
 
 class _ZlibInflater:
@@ -79,7 +89,7 @@ class _ZlibInflater:
                 self.d = zlib.decompressobj(-zlib.MAX_WBITS)
                 self.raw_fallback = False
                 return self.feed(chunk, max_out)
-            raise BodyError("badEncoding") from None
+            raise BodyError(Outcome.badEncoding) from None
         self.started = True
         return out
 
@@ -95,7 +105,7 @@ class _BrotliInflater:
         try:
             return self.d.process(chunk, output_buffer_limit=max_out + 1)
         except brotli.error:
-            raise BodyError("badEncoding") from None
+            raise BodyError(Outcome.badEncoding) from None
 
 
 async def read_body(
@@ -103,15 +113,15 @@ async def read_body(
     limit: int,
     *,
     keep_raw: bool = False,
-    limiter: BandwidthLimiter | None = None,
+    limiter: Throttle | None = None,
     min_rate: float = 0.0,
     truncate: bool = False,
 ) -> Body:
-    """The decoded body, at most `limit` bytes (BodyError("tooBig") beyond, or cut if truncate)."""
+    """The decoded body, at most `limit` bytes (tooBig beyond, or cut if truncate)."""
     inflate = _inflater(resp.headers.get("Content-Encoding", ""))
     length = resp.content_length
     if length is not None and length > limit and inflate is None and not truncate:
-        raise BodyError("tooBig")  # said up front: do not read it at all
+        raise BodyError(Outcome.tooBig)  # said up front: do not read it at all
     raw: list[bytes] = []
     data: list[bytes] = []
     wire = size = 0
@@ -126,7 +136,7 @@ async def read_body(
         if size > limit or wire > limit:
             if truncate:
                 break
-            raise BodyError("tooBig")
+            raise BodyError(Outcome.tooBig)
         if limiter is not None:
             await limiter.take(len(chunk))
         if min_rate:
@@ -139,7 +149,7 @@ def _check_rate(nbytes: int, start: float, min_rate: float) -> None:
     """minRate: after the grace period, a body arriving slower than min_rate is cut off."""
     elapsed = time.monotonic() - start
     if elapsed > MIN_RATE_GRACE and nbytes / elapsed < min_rate:
-        raise BodyError("timeout")
+        raise BodyError(Outcome.timeout)
 
 
 def html_for_links(data: bytes, content_type: str) -> bytes:

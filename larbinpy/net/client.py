@@ -1,12 +1,12 @@
-"""The HTTP clients: one aiohttp session (robots.txt, HTTPS, proxies) and the plain-HTTP path.
+"""The HTTP clients: one aiohttp session (HTTPS, proxies) and the plain-HTTP path.
 
 One `TCPConnector` for the whole crawl; the opener already limits connections, so the
-connector does not; DNS comes from the DNS stage's cache through `CrawlerResolver`.
+connector does not; DNS comes from the DNS stage's cache through `resolver.CrawlerResolver`.
 HTTPS certificates are checked against the system store plus `caFile` unless `tlsVerify off`.
 With `proxy host port` every request goes through that proxy (aiohttp sends plain HTTP in
 absolute form and tunnels HTTPS with CONNECT); cookies (`cookies`) are kept by `cookies.py`,
 per site and bounded, not by aiohttp's unbounded jar. Without a proxy, the reader sends
-plain `http://` pages through `http1.py` instead, which costs a fraction of the CPU.
+plain `http://` pages through `http1.py` instead, which does only what a crawler needs.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from larbinpy.config import Config
 from larbinpy.net.body import ACCEPT_ENCODING
 from larbinpy.net.http1 import FetchError, Http1Client
 from larbinpy.net.policy import DeniedNetworkError
-from larbinpy.stages.dns import CrawlerResolver, Dns
+from larbinpy.net.resolver import CrawlerResolver, HostLookup
+from larbinpy.stats import Outcome
 
 
 def request_headers(cfg: Config) -> dict[str, str]:
@@ -37,7 +38,7 @@ def ssl_context(cfg: Config) -> ssl.SSLContext | bool:
     if not cfg.ca_file:
         # aiohttp's own verifying context, which aiohttp 3.10.6 and later build when imported:
         # making one here would read the system's certificates from disk on the event loop
-        # (~10 ms of blocking I/O at each crawl's start)
+        # (blocking disk I/O at each crawl's start)
         return True
     ctx = ssl.create_default_context()
     ctx.load_verify_locations(cfg.ca_file)
@@ -58,20 +59,20 @@ def keepalive_seconds(cfg: Config) -> float:
     return min(cfg.wait_duration + 2.0, 10.0)
 
 
-def make_http1(cfg: Config, dns: Dns) -> Http1Client | None:
+def make_http1(cfg: Config, dns: HostLookup) -> Http1Client | None:
     """The reader's plain-HTTP client (None with a proxy: then aiohttp speaks to it)."""
     if cfg.proxy is not None:
         return None
-    resolver = CrawlerResolver(dns)
+    resolver = CrawlerResolver(dns, cfg.proxy)
 
     async def resolve(host: str, port: int) -> list[str]:
         """Allowed addresses, from the DNS stage's cache; FetchError with the kind if none."""
         try:
             return [r["host"] for r in await resolver.resolve(host, port)]
         except DeniedNetworkError:
-            raise FetchError("deniedNetwork") from None
+            raise FetchError(Outcome.deniedNetwork) from None
         except OSError:
-            raise FetchError("noDNS") from None
+            raise FetchError(Outcome.noDNS) from None
 
     return Http1Client(
         request_headers(cfg), resolve, keepalive=keepalive_seconds(cfg),
@@ -80,11 +81,11 @@ def make_http1(cfg: Config, dns: Dns) -> Http1Client | None:
     )
 
 
-def make_session(cfg: Config, dns: Dns) -> aiohttp.ClientSession:
+def make_session(cfg: Config, dns: HostLookup) -> aiohttp.ClientSession:
     """The crawl's one client session."""
     connector = aiohttp.TCPConnector(
         limit=0,  # the opener enforces pagesConnexions and connectionsPerHost
-        resolver=CrawlerResolver(dns),
+        resolver=CrawlerResolver(dns, cfg.proxy),
         use_dns_cache=False,  # the DNS stage caches, honouring TTLs
         ssl=ssl_context(cfg),
         keepalive_timeout=keepalive_seconds(cfg),

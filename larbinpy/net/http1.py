@@ -1,14 +1,15 @@
 """The reader's fetch path for plain `http://`: HTTP/1.1 GETs on asyncio protocols, pooled.
 
-Why not aiohttp's `ClientSession` here: it costs about 0.1 ms of CPU per request (request and
-response objects, trace hooks, cookie and redirect machinery, several timers), which is as
-much as the rest of the crawler spends on a page. A crawler needs far less: one GET with
-fixed headers, llhttp (through httptools) to parse the answer, a keep-alive pool per site,
-and the body handed over in chunks so `body.py` keeps its limits. The `Response` below has
-the attribute names of the aiohttp response the stages already read (`status`, `headers`,
-`content.iter_any()`, ...), so the reader treats both alike.
+Why not aiohttp's `ClientSession` here: it does far more per request than a crawler needs
+(request and response objects, trace hooks, cookie and redirect machinery, several timers),
+and that overhead is a sizeable share of a whole page's CPU (docs/benchmarks.md). A crawler
+needs one GET with fixed headers, llhttp (through httptools) to parse the answer, a keep-alive
+pool per site, and the body handed over in chunks so `body.py` keeps its limits. The
+`Response` below has the attribute names of the aiohttp response the stages already read
+(`status`, `headers`, `content.iter_any()`, ...), so the reader treats both alike.
 
-HTTPS and proxies stay on aiohttp (`client.py`), as does robots.txt (one fetch per site).
+HTTPS and anything through a proxy stay on aiohttp (`client.py`); plain `http://` robots.txt
+fetches come here too, so their keep-alive connection serves the site's first pages.
 Every failure is a `FetchError` carrying the outcome kind the reader counts.
 """
 
@@ -22,6 +23,8 @@ import httptools
 from aiohttp import HttpVersion
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from larbinpy.stats import Outcome
+
 MAX_HEAD = 64 * 1024  # bytes of status line + headers; more is not a web server's answer
 MAX_HEADERS = 128  # aiohttp's limit too
 HIGH_WATER = 256 * 1024  # unread body bytes buffered before the socket is paused
@@ -30,7 +33,7 @@ HIGH_WATER = 256 * 1024  # unread body bytes buffered before the socket is pause
 class FetchError(Exception):
     """A fetch failed: `kind` is the outcome to count."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: Outcome) -> None:
         super().__init__(kind)
         self.kind = kind
 
@@ -95,8 +98,8 @@ class Response:
     @property
     def content(self) -> Response:
         """aiohttp's StreamReader interface (`iter_any()`): the response itself. A property, not
-        an attribute: `self.content = self` made every response a reference cycle, freed only
-        by the garbage collector (60 MB of them between two collections in a bench crawl)."""
+        an attribute: `self.content = self` would make every response a reference cycle, its
+        body freed only by the garbage collector instead of when the reader drops it."""
         return self
 
     @property
@@ -143,7 +146,7 @@ class Response:
                 yield chunk
             elif self.error is not None:
                 raise self.error if isinstance(self.error, FetchError) else FetchError(
-                    "earlyStop")
+                    Outcome.earlyStop)
             elif self.complete:
                 return
             else:
@@ -233,11 +236,11 @@ class Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
             if not resp.head_done and self.head_seen > MAX_HEAD:
-                raise FetchError("badHttp")
+                raise FetchError(Outcome.badHttp)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade, FetchError):
             # malformed, oversized (our callbacks refuse), bytes after the response ended, or
             # a protocol switch (101) nobody asked for
-            resp.fail(FetchError("badHttp"))
+            resp.fail(FetchError(Outcome.badHttp))
             self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -256,9 +259,10 @@ class Connection(asyncio.Protocol):
         elif not resp.got_bytes and self.reused:
             resp.fail(_Stale())
         elif not resp.got_bytes and exc is not None:
-            resp.fail(FetchError("noConnection"))  # reset before a word: as aiohttp counted it
+            # reset before a word: as aiohttp counts it
+            resp.fail(FetchError(Outcome.noConnection))
         else:
-            resp.fail(FetchError("earlyStop"))
+            resp.fail(FetchError(Outcome.earlyStop))
 
     def pause_writing(self) -> None:
         """A request is one small write: nothing to pause."""
@@ -269,7 +273,7 @@ class Connection(asyncio.Protocol):
         """A response starts: bytes after the one asked for are not an answer to anything."""
         resp = self.response
         if resp is not None and resp.complete:
-            raise FetchError("badHttp")  # stops the parser; data_received closes the socket
+            raise FetchError(Outcome.badHttp)  # stops the parser; data_received closes the socket
 
     def on_status(self, status: bytes) -> None:
         """The reason phrase."""
@@ -280,7 +284,7 @@ class Connection(asyncio.Protocol):
         """One header line."""
         items = self._head_of_response(len(name) + len(value) + 4)._head_items
         if len(items) >= MAX_HEADERS:
-            raise FetchError("badHttp")
+            raise FetchError(Outcome.badHttp)
         items.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -327,7 +331,7 @@ class Connection(asyncio.Protocol):
         assert resp is not None
         self.head_bytes += n
         if self.head_bytes > MAX_HEAD or resp.complete:
-            raise FetchError("badHttp")
+            raise FetchError(Outcome.badHttp)
         return resp
 
     # --- one exchange ---
@@ -352,7 +356,7 @@ class Connection(asyncio.Protocol):
 
         One timer per connection, kept across requests: a pending one due no later is left
         alone (when it fires it re-checks and re-arms), so a keep-alive connection does not
-        create and cancel a timer for every page (1.6 µs a pair on uvloop).
+        create and cancel a timer for every page.
         """
         # (the due time is kept here: for a time under 0.5 ms away uvloop's call_at returns a
         # plain Handle, which has no when())
@@ -373,7 +377,7 @@ class Connection(asyncio.Protocol):
         if self.pool.loop.time() < due:
             self._arm(due)
             return
-        resp.fail(FetchError("timeout"))
+        resp.fail(FetchError(Outcome.timeout))
         self.close()
 
     def _stop_timer(self) -> None:
@@ -516,7 +520,7 @@ class Http1Client:
                 conn.close()
                 if attempt == 0:
                     continue  # the server had closed it while idle: once more on a new one
-                raise FetchError("earlyStop") from None
+                raise FetchError(Outcome.earlyStop) from None
             except BaseException:
                 conn.close()
                 raise
@@ -548,10 +552,10 @@ class Http1Client:
                         lambda: Connection(self.pool, (host, port)), ip, port)
                 return conn
             except TimeoutError:
-                last = "timeout"
+                last = Outcome.timeout
             except OSError:
-                last = "noConnection"
-        raise FetchError(last if ips else "noDNS")
+                last = Outcome.noConnection
+        raise FetchError(last if ips else Outcome.noDNS)
 
     def close(self) -> None:
         """Close pooled connections."""

@@ -40,7 +40,7 @@ from warcio.utils import Digester
 from warcio.warcwriter import WARCWriter
 from yarl import URL
 
-try:  # zlib-ng: gzip as zlib writes it, within 1% of its size at level 6, 1.7-1.9x less CPU
+try:  # zlib-ng: the gzip format zlib writes, about the same size, for less CPU
     from zlib_ng import zlib_ng as zlib
 except ImportError:  # pragma: no cover - a dependency; the standard zlib writes the same format
     import zlib  # type: ignore[no-redef]
@@ -52,8 +52,8 @@ from larbinpy.records import Page
 
 log = logging.getLogger("larbinpy.outputs")
 
-GZIP_LEVEL = 6  # gzip's default: 4% bigger files than 9 for half the CPU (zlib-ng: ~140 µs
-# for a 15 kB page where zlib took ~240; ISA-L would take ~40 but make files 6-8% bigger)
+GZIP_LEVEL = 6  # gzip's default: files a little bigger than 9's for much less CPU; compression
+# is most of what a record costs (figures, and why not ISA-L: docs/benchmarks.md)
 REVISIT_MEMORY = 100_000  # payload digests remembered for revisit records (~150 B each)
 RENAMED_TRANSFER_ENCODING = b"X-Larbinpy-Transfer-Encoding"
 
@@ -178,7 +178,7 @@ class WarcOutput:
         self.prefix = prefix
         self.max_size = max_size
         self.info = info or {"software": f"larbinpy/{__version__}"}
-        # warcio builds the records; gzip is ours (warcio's level 9 costs twice the CPU of 6)
+        # warcio builds the records; gzip is ours (warcio compresses at level 9, see GZIP_LEVEL)
         self.writer = WARCWriter(None, gzip=False, warc_version="1.1")
         self.file: AppendFile | None = None
         self.final_name = ""

@@ -1,7 +1,8 @@
 """Stage 0, larbin's waitBandwidth: a token bucket on body bytes read per second.
 
 The reader calls `take(n)` after each chunk it reads; when the bucket is empty the reader
-waits (the connection stays open, nothing is dropped) until the bucket refills.
+waits (the connection stays open, nothing is dropped) until the bucket refills. The body reader
+in `net/` knows it only as a `net.body.Throttle`.
 """
 
 from __future__ import annotations

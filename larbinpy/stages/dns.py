@@ -4,8 +4,8 @@ aiodns queries on the crawl's own event loop (no c-ares thread: `LoopResolver`),
 `dnsConnexions` in flight (a fixed pool of workers over a queue), one query per host however
 many sites or fetches wait for it (the future is registered before the first await, as in
 aiohttp's connector), a per-host cache that honours the TTL within a floor and a ceiling, and
-a negative cache for failures. The same cache answers the HTTP client (`CrawlerResolver`), so
-a fetch never makes a DNS query of its own.
+a negative cache for failures. The same cache answers the HTTP clients (`lookup`, through
+`net.resolver.CrawlerResolver`), so a fetch never makes a DNS query of its own.
 
 A failure (NXDOMAIN, no address, or a server that never answers) is cached for NEGATIVE_TTL:
 the site's queued URLs are dropped as noDNS, and URLs arriving meanwhile are dropped without a
@@ -25,20 +25,18 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import socket
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 import aiodns
 import pycares
-from aiohttp.abc import AbstractResolver, ResolveResult
 
 from larbinpy.config import Config
 from larbinpy.frontier.sites import Sites
-from larbinpy.net.policy import DeniedNetworkError, NetworkPolicy
+from larbinpy.net.policy import NetworkPolicy
 from larbinpy.records import Site, SiteState
-from larbinpy.stats import Stats
+from larbinpy.stats import Outcome, Stats
 
 log = logging.getLogger("larbinpy.dns")
 MAX_CACHE = 200_000  # hosts whose answer is kept
@@ -157,7 +155,7 @@ class Dns:
         allowed = [ip for ip in ips if self.policy.allowed(ip)]
         if not allowed:
             site.state = SiteState.DEAD
-            site.dead_reason = "deniedNetwork" if ips else "noDNS"
+            site.dead_reason = Outcome.deniedNetwork if ips else Outcome.noDNS
             site.dead_until = self.cache.get(site.host, (now + NEGATIVE_TTL, []))[0]
             self.sites.drop(site, site.dead_reason)
             self.sites.rest(site)
@@ -221,11 +219,10 @@ class LoopResolver(aiodns.DNSResolver):
 
     aiodns 4 runs c-ares on c-ares's own event thread, each answer handed back with
     `call_soon_threadsafe`: a second thread taking the GIL and waking the loop through its
-    self-pipe, ~0.1 ms of CPU a host (`larbinpy bench --hosts 3000 --pages 2`: 0.45-0.48 ->
-    0.35-0.40 ms a page). Its fallback, c-ares's sockets on the loop (aiodns 3's way, and
-    larbin's: one thread), is what this channel is. What it gives up: c-ares rereads
-    /etc/resolv.conf on a change only with its thread; a long crawl reads it at start
-    (`dnsServers` names servers explicitly).
+    self-pipe, a cost the crawl pays for every host (docs/benchmarks.md). Its fallback,
+    c-ares's sockets on the loop (aiodns 3's way, and larbin's: one thread), is what this
+    channel is. What it gives up: c-ares rereads /etc/resolv.conf on a change only with its
+    thread; a long crawl reads it at start (`dnsServers` names servers explicitly).
     """
 
     def _make_channel(self, **kwargs: Any) -> tuple[bool, pycares.Channel]:
@@ -238,39 +235,3 @@ class LoopResolver(aiodns.DNSResolver):
                 this._sock_state_cb(fd, readable, writable)
 
         return False, pycares.Channel(sock_state_cb=sock_state, timeout=self._timeout, **kwargs)
-
-
-class CrawlerResolver(AbstractResolver):
-    """aiohttp's resolver, answered from the DNS stage's cache and the network policy."""
-
-    def __init__(self, dns: Dns) -> None:
-        self.dns = dns
-        # the operator chose the proxy: it may live on a network the policy denies to URLs
-        proxy = dns.cfg.proxy
-        self.trusted = proxy[0].strip("[]").lower() if proxy else None
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        """Allowed addresses of `host`; DeniedNetworkError or OSError otherwise."""
-        ips = await self.dns.lookup(host)
-        if not ips:
-            raise OSError(f"cannot resolve {host}")
-        if host.lower() == self.trusted:
-            return [_result(host, ip, port) for ip in ips]
-        allowed = [ip for ip in ips if self.dns.policy.allowed(ip)]
-        if not allowed:
-            raise DeniedNetworkError(f"{host} resolves to a denied network")
-        return [_result(host, ip, port) for ip in allowed]
-
-    async def close(self) -> None:
-        """Nothing to release: the DNS stage owns the channel."""
-
-
-def _result(host: str, ip: str, port: int) -> Any:
-    """One aiohttp ResolveResult."""
-    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
-    return {
-        "hostname": host, "host": ip, "port": port, "family": family,
-        "proto": 0, "flags": socket.AI_NUMERICHOST,
-    }

@@ -17,15 +17,15 @@ from larbinpy.frontier.interface import Frontier
 from larbinpy.frontier.seen import SeenSet
 from larbinpy.links.scope import Scope
 from larbinpy.links.urls import Normalizer, site_key
-from larbinpy.records import SITEMAP, Job
-from larbinpy.stats import Stats
+from larbinpy.records import Job, JobKind
+from larbinpy.stats import Outcome, Stats
 
 # Reasons given to whoever submitted a URL (input port, seeds), by outcome kind.
 REASONS = {
     "invalid": "invalid URL (not http or https, or malformed)",
-    "trap": "too long or a spider trap",
-    "outOfScope": "out of scope",
-    "urlDup": "duplicate (already seen)",
+    Outcome.trap: "too long or a spider trap",
+    Outcome.outOfScope: "out of scope",
+    Outcome.urlDup: "duplicate (already seen)",
 }
 
 
@@ -77,7 +77,7 @@ class Input:
                 candidates[url] = (raw, tag)
         fresh = list(candidates) if force else self.seen.missing(list(candidates))
         fresh_set = set(fresh)
-        dup = REASONS["urlDup"]
+        dup = REASONS[Outcome.urlDup]
         rejected += [(raw, dup) for u, (raw, _) in candidates.items() if u not in fresh_set]
         self._queue([Job(u, depth, priority, 0, candidates[u][1]) for u in fresh], force)
         return Submission(len(fresh), rejected)
@@ -90,7 +90,7 @@ class Input:
         # every page), and a hash lookup is cheaper than the scope rules.
         fresh = self.seen.missing(links)
         cfg, stats, check = self.cfg, self.stats, self.scope.check
-        stats.count("urlDup", len(links) - len(fresh))
+        stats.count(Outcome.urlDup, len(links) - len(fresh))
         here = site_key(page_url)
         same_depth = parent.depth - 1
         other_depth = cfg.depth_in_site if cfg.depth_by_site else same_depth
@@ -98,11 +98,11 @@ class Input:
         for url in fresh:
             external = site_key(url) != here
             if external and cfg.no_external_links:
-                stats.count("outOfScope")
+                stats.count(Outcome.outOfScope)
                 continue
             depth = other_depth if external else same_depth
             if depth < 0:
-                stats.count("tooDeep")
+                stats.count(Outcome.tooDeep)
                 continue
             reason = check(url)
             if reason:
@@ -114,27 +114,27 @@ class Input:
     def add_redirect(self, parent: Job, target: str) -> None:
         """A redirect's target: a new job one hop further, scoped and de-duplicated like a link."""
         if parent.hops + 1 > self.cfg.max_redirects:
-            self.stats.count("tooManyRedirects")
+            self.stats.count(Outcome.tooManyRedirects)
             return
         reason = self.scope.check(target)
         if reason:
             self.stats.count(reason)
             return
         if not self.seen.missing([target]):
-            self.stats.count("urlDup")
+            self.stats.count(Outcome.urlDup)
             return
         # the tag and the kind (a redirected sitemap is still a sitemap) travel with it
         self._queue([Job(target, parent.depth, parent.priority, parent.hops + 1, parent.tag,
                          parent.kind)])
 
     def add_sitemaps(self, base: str, urls: Iterable[str], nesting: int) -> None:
-        """Sitemap files (robots.txt's `Sitemap:` lines, or an index's): SITEMAP jobs whose
+        """Sitemap files (robots.txt's `Sitemap:` lines, or an index's): sitemap jobs whose
         depth is how many more levels of sitemap index may follow."""
         if nesting < 0:
-            self.stats.count("tooDeep")
+            self.stats.count(Outcome.tooDeep)
             return
         prio = self.cfg.sitemap_priority
-        self._add_listed(base, urls, lambda u: Job(u, nesting, prio, 0, 0, SITEMAP))
+        self._add_listed(base, urls, lambda u: Job(u, nesting, prio, 0, 0, JobKind.SITEMAP))
 
     def add_sitemap_urls(self, base: str, urls: Iterable[str]) -> None:
         """Page URLs a sitemap lists: entry points with the full `depthInSite`."""
@@ -148,13 +148,13 @@ class Input:
         if not resolved:
             return
         fresh = self.seen.missing(list(resolved))
-        self.stats.count("urlDup", len(resolved) - len(fresh))
+        self.stats.count(Outcome.urlDup, len(resolved) - len(fresh))
         here = site_key(base)
         jobs: list[Job] = []
         for url in fresh:
             reason = self.scope.check(url)
             if reason is None and self.cfg.no_external_links and site_key(url) != here:
-                reason = "outOfScope"
+                reason = Outcome.outOfScope
             if reason:
                 self.stats.count(reason)
                 continue

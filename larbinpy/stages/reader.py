@@ -39,12 +39,12 @@ from larbinpy.net.cookies import CookieJar
 from larbinpy.net.http1 import FetchError, Http1Client, Response, split_http_url
 from larbinpy.net.policy import DeniedNetworkError
 from larbinpy.outputs import Outputs
-from larbinpy.records import SITEMAP, Job, Page, Site
+from larbinpy.records import Job, JobKind, Page, Site
 from larbinpy.stages.bandwidth import BandwidthLimiter
 from larbinpy.stages.input import Input
 from larbinpy.stages.parser import HTML_TYPES, Parser
 from larbinpy.stages.robots import Robots
-from larbinpy.stats import Stats
+from larbinpy.stats import Outcome, Stats
 
 Answer = aiohttp.ClientResponse | Response  # both read alike (see http1.py)
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.\-]*):")
@@ -88,10 +88,10 @@ class Reader:
         wait: a site whose queue is all disallowed drains at once, not one URL per waitDuration.
         """
         if not self.robots.allowed(site, job.url):
-            self.stats.count("forbiddenRobots")
+            self.stats.count(Outcome.forbiddenRobots)
             return True
         if self.cfg.max_pages_per_site and site.pages >= self.cfg.max_pages_per_site:
-            self.stats.count("outOfScope")
+            self.stats.count(Outcome.outOfScope)
             return True
         return False
 
@@ -102,7 +102,7 @@ class Reader:
         site.pages += 1
         self.stats.count(await self._request(site, job))
 
-    async def _request(self, site: Site, job: Job) -> str:
+    async def _request(self, site: Site, job: Job) -> Outcome:
         """Send the request and read the response: the outcome kind."""
         assert self.session is not None
         start = time.monotonic()
@@ -124,14 +124,14 @@ class Reader:
         except Exception as exc:  # noqa: BLE001 - every failure becomes one counted outcome
             return failure_kind(exc)
 
-    async def _answered(self, site: Site, job: Job, resp: Answer, start: float) -> str:
+    async def _answered(self, site: Site, job: Job, resp: Answer, start: float) -> Outcome:
         """Keep the site's cookies, then route the response."""
         if self.cookies is not None and "Set-Cookie" in resp.headers:
             cookies = resp.headers.getall("Set-Cookie")
             self.cookies.store(site.key, _path(job.url, site.key), cookies)
         return await self._response(site, job, resp, start)
 
-    async def _response(self, site: Site, job: Job, resp: Answer, start: float) -> str:
+    async def _response(self, site: Site, job: Job, resp: Answer, start: float) -> Outcome:
         """Route a response by status and type: the outcome kind."""
         self.stats.pages += 1
         status = resp.status
@@ -143,27 +143,28 @@ class Reader:
                 return kind
         elif site.backoffs:
             site.backoffs = 0  # the site answers normally again
-        if job.kind == SITEMAP and 200 <= status < 300:
+        if job.kind == JobKind.SITEMAP and 200 <= status < 300:
             return await self._sitemap(site, job, resp, start)
         if not 200 <= status < 300:
             if 300 <= status < 400:
                 kind = self._redirect(job, status, resp.headers.get("Location"))
             else:
-                kind = "err50X" if status >= 500 else "err40X" if status >= 400 else "badType"
+                kind = (Outcome.err50X if status >= 500 else Outcome.err40X if status >= 400
+                        else Outcome.badType)
             if self.keep_raw and status not in BACK_OFF_STATUSES:  # archives want every exchange
                 self.parser.pass_on("write", await self._page(site, job, resp, start))
             return kind
         if not self._wanted_type(resp.content_type, job.url):
-            return "badType"
+            return Outcome.badType
         page = await self._page(site, job, resp, start)
         if self.contents is not None and self._seen_body(page.body):
             self.parser.pass_on("record_duplicate", page)  # archives record a revisit
-            return "duplicate"
+            return Outcome.duplicate
         self.parser.take(page)  # links, outputs, input
-        return "success"
+        return Outcome.success
 
-    def _back_off(self, site: Site, job: Job, resp: Answer) -> str | None:
-        """A 429/503: pause the site; "backedOff" if the job goes back to its queue, None when
+    def _back_off(self, site: Site, job: Job, resp: Answer) -> Outcome | None:
+        """A 429/503: pause the site; Outcome.backedOff if the job goes back to its queue, None when
         its retries are spent (the answer is then counted by its status)."""
         now = asyncio.get_running_loop().time()
         back_off(site, resp.headers.get("Retry-After"), self.cfg.max_retry_after, now)
@@ -171,11 +172,11 @@ class Reader:
             return None
         job.retries += 1
         self.sites.enqueue(job, now)
-        return "backedOff"
+        return Outcome.backedOff
 
     async def _sitemap(
         self, site: Site, job: Job, resp: Answer, start: float
-    ) -> str:
+    ) -> Outcome:
         """A sitemap: its sitemaps or page URLs go to input; only archives keep the file."""
         page = await self._page(site, job, resp, start, SITEMAP_MAX_BYTES, truncate=True)
         if self.keep_raw:
@@ -183,13 +184,13 @@ class Reader:
         try:
             found = parse_sitemap(page.body)
         except SitemapError:
-            return "badEncoding"
-        self.stats.count("outOfScope", found.dropped)  # over the protocol's limits
+            return Outcome.badEncoding
+        self.stats.count(Outcome.outOfScope, found.dropped)  # over the protocol's limits
         if found.is_index:
             self.input.add_sitemaps(job.url, found.urls, job.depth - 1)
         else:
             self.input.add_sitemap_urls(job.url, found.urls)
-        return "success"
+        return Outcome.success
 
     async def _page(
         self, site: Site, job: Job, resp: Answer, start: float,
@@ -214,23 +215,24 @@ class Reader:
             request_headers=resp.request_info.headers if self.keep_raw else None,  # for WARC
         )
 
-    def _redirect(self, job: Job, status: int, location: str | None) -> str:
+    def _redirect(self, job: Job, status: int, location: str | None) -> Outcome:
         """A 3xx: its target goes back to input as a new job, one hop further.
 
         A target that is not http(s) is refused like such a link (counted outOfScope); a 3xx
         whose Location is missing or unparsable is a broken response (badHttp).
         """
         if not location or not location.strip():
-            return "err30X" if status in (300, 304) else "badHttp"  # these need no Location
+            # 300 and 304 need no Location
+            return Outcome.err30X if status in (300, 304) else Outcome.badHttp
         target = self.normalizer.resolve(job.url, location)
         if target is not None:
             self.input.add_redirect(job, target)
-            return "err30X"
+            return Outcome.err30X
         scheme = _SCHEME.match(location)
         if scheme and scheme.group(1).lower() not in ("http", "https"):
-            self.stats.count("outOfScope")
-            return "err30X"
-        return "badHttp"
+            self.stats.count(Outcome.outOfScope)
+            return Outcome.err30X
+        return Outcome.badHttp
 
     def _wanted_type(self, ctype: str, url: str) -> bool:
         """HTML always; images with followImages; others per anyType/contentTypes/specificSearch."""
@@ -256,30 +258,31 @@ def _path(url: str, key: str) -> str:
     return url[len(key):] or "/"
 
 
-def failure_kind(exc: BaseException) -> str:
+def failure_kind(exc: BaseException) -> Outcome:
     """The outcome kind of a failed fetch."""
     if isinstance(exc, aiohttp.ClientConnectorError):
         os_error = exc.os_error
         if isinstance(os_error, DeniedNetworkError):
-            return "deniedNetwork"
+            return Outcome.deniedNetwork
         if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
-            return "tlsError"
+            return Outcome.tlsError
         if isinstance(exc, getattr(aiohttp, "ClientConnectorDNSError", ())):
-            return "noDNS"
-        return "noConnection"
+            return Outcome.noDNS
+        return Outcome.noConnection
     if isinstance(exc, asyncio.TimeoutError | TimeoutError):
-        return "timeout"
+        return Outcome.timeout
     if isinstance(exc, ssl.SSLError):
-        return "tlsError"
+        return Outcome.tlsError
     if isinstance(exc, aiohttp.ClientPayloadError):
         # bad chunking is malformed HTTP; a body shorter than announced, or reset, stopped early
-        return "badHttp" if isinstance(exc.__cause__, TransferEncodingError) else "earlyStop"
+        bad_chunks = isinstance(exc.__cause__, TransferEncodingError)
+        return Outcome.badHttp if bad_chunks else Outcome.earlyStop
     if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "earlyStop"
+        return Outcome.earlyStop
     if isinstance(exc, aiohttp.ClientResponseError):
         # never raised for a status (no raise_for_status): the response did not parse (status
         # line, a header line over 8 KiB, too many headers, a bad first chunk size)
-        return "badHttp"
+        return Outcome.badHttp
     if isinstance(exc, aiohttp.ClientError | OSError | ValueError):
-        return "noConnection"
+        return Outcome.noConnection
     raise exc

@@ -44,7 +44,7 @@ from larbinpy.net.policy import NetworkPolicy
 from larbinpy.outputs import page_from_response
 from larbinpy.records import Job, Page, Site, SiteState
 from larbinpy.stages.dns import NEGATIVE_TTL, ip_literal
-from larbinpy.stats import Stats
+from larbinpy.stats import Outcome, Stats
 
 MAX_ROBOTS_BYTES = 500 * 1024
 MAX_ROBOTS_REDIRECTS = 5
@@ -223,16 +223,16 @@ class Robots:
         given), a bounded number of times."""
         site.robots_failures += 1
         if site.robots_failures > self.cfg.max_retries:
-            self.sites.drop(site, "forbiddenRobots")
+            self.sites.drop(site, Outcome.forbiddenRobots)
             site.robots_failures = 0
         site.ready_at = max(site.ready_at, now + (RETRY_DELAY if wait is None else wait))
 
     def _bad_certificate(self, site: Site, now: float) -> None:
         """The site's certificate did not verify: its URLs are tlsError for a while."""
         site.state = SiteState.DEAD
-        site.dead_reason = "tlsError"
+        site.dead_reason = Outcome.tlsError
         site.dead_until = now + NEGATIVE_TTL
-        self.sites.drop(site, "tlsError")
+        self.sites.drop(site, Outcome.tlsError)
 
 
 def _peer(resp: aiohttp.ClientResponse) -> str:

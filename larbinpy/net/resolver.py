@@ -1,0 +1,62 @@
+"""The HTTP clients' resolver: aiohttp's `AbstractResolver` over the DNS stage's cache.
+
+A fetch never makes a DNS query of its own: every host the clients connect to is looked up
+through `HostLookup` (the DNS stage: its TTL cache, shared in-flight queries and negative cache),
+then checked against the network policy. The module depends on that protocol only, not on the
+stage, so `net/` stays below `stages/`.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Awaitable
+from typing import Any, Protocol
+
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from larbinpy.net.policy import DeniedNetworkError, NetworkPolicy
+
+
+class HostLookup(Protocol):
+    """What the resolver asks of the DNS stage."""
+
+    policy: NetworkPolicy  # the addresses URLs may reach (allowNetworks)
+
+    def lookup(self, host: str) -> Awaitable[list[str]]:
+        """Addresses of a host ([] if it failed)."""
+        ...
+
+
+class CrawlerResolver(AbstractResolver):
+    """aiohttp's resolver, answered from the DNS stage's cache and the network policy."""
+
+    def __init__(self, dns: HostLookup, proxy: tuple[str, int] | None) -> None:
+        self.dns = dns
+        # the operator chose the proxy: it may live on a network the policy denies to URLs
+        self.trusted = proxy[0].strip("[]").lower() if proxy else None
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        """Allowed addresses of `host`; DeniedNetworkError or OSError otherwise."""
+        ips = await self.dns.lookup(host)
+        if not ips:
+            raise OSError(f"cannot resolve {host}")
+        if host.lower() == self.trusted:
+            return [_result(host, ip, port) for ip in ips]
+        allowed = [ip for ip in ips if self.dns.policy.allowed(ip)]
+        if not allowed:
+            raise DeniedNetworkError(f"{host} resolves to a denied network")
+        return [_result(host, ip, port) for ip in allowed]
+
+    async def close(self) -> None:
+        """Nothing to release: the DNS stage owns the channel."""
+
+
+def _result(host: str, ip: str, port: int) -> Any:
+    """One aiohttp ResolveResult."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    return {
+        "hostname": host, "host": ip, "port": port, "family": family,
+        "proto": 0, "flags": socket.AI_NUMERICHOST,
+    }
