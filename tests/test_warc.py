@@ -183,9 +183,10 @@ async def test_a_revisit_read_in_the_same_turn_as_its_page_is_archived_after_it(
 
     crawler = Crawler(parse_config(f"stateDir {tmp_path}/state\nsaveDir {tmp_path}/save\n"
                                    "output warc\nhttpPort 0\ninputPort 0\n"), scratch=True)
-    crawler.parser.pass_on("write", hand_page("http://x.test/gone", b"no", status=404))
+    outputs = crawler.outputs
+    crawler.parser.pass_on(outputs.write, hand_page("http://x.test/gone", b"no", status=404))
     crawler.parser.take(hand_page("http://x.test/a", b"same body"))
-    crawler.parser.pass_on("record_duplicate", hand_page("http://x.test/b", b"same body"))
+    crawler.parser.pass_on(outputs.record_duplicate, hand_page("http://x.test/b", b"same body"))
     await asyncio.sleep(0)  # the end of the turn that read all three
     crawler._close()
     got = [(r["type"], r["warc"].get("WARC-Target-URI")) for r in records(warc_files(tmp_path))
