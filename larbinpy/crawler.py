@@ -87,7 +87,8 @@ class Crawler:
         self.saved = self.state.load()
         self.frontier = DiskFrontier(self.state.frontier_dir, self.saved.frontier)
         self.spill = SiteSpill(self.state.spill_dir, self.saved.spill)
-        # --- cluster (larbinpy/cluster): Redis seen-set, site ownership, streams ---
+        # The seams: a cluster node's (larbinpy/cluster: Redis seen-set, site ownership,
+        # streams, IP leases) with `cluster` set, else the embedded defaults.
         self.cluster: Cluster | None = (
             None if cluster_type is None
             else cluster_type(cfg, self.seen, self.frontier, self.stats))

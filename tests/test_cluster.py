@@ -443,3 +443,21 @@ async def test_an_unreachable_redis_is_a_configuration_error(tmp_path):
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2
     assert b"larbin.conf:6: cluster redis://" in err and b"cannot use Redis" in err
+
+
+async def test_cluster_without_the_redis_client_is_a_configuration_error(tmp_path):
+    import sys
+
+    conf = tmp_path / "larbin.conf"
+    conf.write_text(f"stateDir {tmp_path}/s\nhttpPort 0\ninputPort 0\nexitAtEnd\n"
+                    "cluster redis://127.0.0.1:6379/0\n")
+    # the redis client not installed (it is the optional `cluster` extra)
+    code = ("import sys; sys.modules['redis'] = None; from larbinpy.cli import main; "
+            f"sys.exit(main(['-c', {str(conf)!r}, '-q']))")
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code,
+                                                stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert (f"{conf}:5: cluster needs the redis client: pip install 'larbinpy[cluster]'"
+            in err.decode())
+    assert not (tmp_path / "s").exists()  # refused before stateDir was touched

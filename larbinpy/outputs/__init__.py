@@ -126,7 +126,7 @@ class Outputs:
         )
         self.extensions = frozenset(cfg.specific_search)
         self.types = frozenset(cfg.content_types)
-        # archival outputs want every exchange as received, raw body included
+        # (index, output) of the archival ones: every exchange as received, raw body included
         self.archives = [(i, o) for i, o in enumerate(self.outputs) if isinstance(o, Archive)]
         self.keep_raw = bool(self.archives)
         # per output, (its method, page) not done yet because its storage refused them
@@ -153,7 +153,8 @@ class Outputs:
         if not self.wanted(page):
             return
         ok = 200 <= page.status < 300
-        for i, out in enumerate(self.outputs) if ok else self.archives:
+        targets = enumerate(self.outputs) if ok else self.archives  # archives: any status
+        for i, out in targets:
             self._deliver(i, out.write, page)
         if ok and self.hook is not None:
             self.hook.call(page)

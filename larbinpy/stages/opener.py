@@ -48,8 +48,9 @@ class RobotsFetch(Protocol):
     of it).
 
     Contract: as `PageFetch`, for the site's robots.txt. When it returns, the rules are known
-    (`Robots.needs_fetch` is False until they expire), or the site is dead, or the site's or
-    its IP's clock says when to try again: the opener must not be asked again at once.
+    (`Robots.needs_fetch` is False until they expire), or the site is dead or has no jobs
+    left, or the site's or its IP's clock was moved to when to try again (else the opener
+    would fetch it again at once).
     """
 
     def __call__(self, site: Site, /) -> Awaitable[None]: ...
