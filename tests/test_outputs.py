@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import html
+from conftest import WAIT_TIMEOUT, html, until
 
 from larbinpy import outputs as outputs_module
 from larbinpy.config import parse_config
@@ -169,12 +169,14 @@ async def test_a_slow_async_hook_applies_back_pressure(tmp_path, monkeypatch):
             written += 1
 
     producer = asyncio.ensure_future(produce())
-    await asyncio.sleep(0.05)
+    await until(lambda: outs.status()["hook"]["running"] == HOOK_CONCURRENCY, "hooks running")
+    for _ in range(10):  # turns enough for the producer to write more, were it not held
+        await asyncio.sleep(0)
     assert written == HOOK_CONCURRENCY  # the next fetch waits: memory stays bounded
     assert not outs.ready and outs.status()["hook"]["running"] == HOOK_CONCURRENCY
     module.GATE.set()
-    await asyncio.wait_for(producer, 5)
-    await outs.drain(5)
+    await asyncio.wait_for(producer, WAIT_TIMEOUT)
+    await outs.drain(WAIT_TIMEOUT)
     assert len(module.DONE) == 3 * HOOK_CONCURRENCY and outs.ready
 
 
@@ -186,6 +188,15 @@ async def test_unwritable_save_dir_pauses_then_resumes_without_losing_pages(tmp_
     blocker.write_text("a file where saveDir's parent should be")
     outs = Outputs(parse_config(f"saveDir {blocker}/save\noutput save\noutput links\n"), Stats())
     outs.retry_interval = 0.05
+    retries = 0
+    real_retry = outs.retry
+
+    def counted_retry() -> bool:
+        nonlocal retries
+        retries += 1
+        return real_retry()
+
+    outs.retry = counted_retry  # the retry timer calls it: the test counts the attempts
     with caplog.at_level(logging.INFO, logger="larbinpy.outputs"):
         for i in range(5):
             outs.write(page(f"http://x.test/{i}", body=f"page {i}".encode()))
@@ -194,10 +205,10 @@ async def test_unwritable_save_dir_pauses_then_resumes_without_losing_pages(tmp_
         assert "Not a directory" in status["paused_reason"]
         assert "fetching paused" in caplog.text
         waiter = asyncio.ensure_future(outs.wait_ready())
-        await asyncio.sleep(0.12)
+        await until(lambda: retries >= 2, "two retries of the refused writes")
         assert not waiter.done()  # still refused: fetching stays paused
         blocker.unlink()  # the operator fixes the disk
-        await asyncio.wait_for(waiter, 2)
+        await asyncio.wait_for(waiter, WAIT_TIMEOUT)
         assert "fetching resumed" in caplog.text
     outs.write(page("http://x.test/5", body=b"page 5"))
     outs.close()
