@@ -4,6 +4,11 @@ Data flows one way: input -> frontier -> sequencer -> site queues -> DNS (then r
 -> opener -> reader -> parser -> outputs, with the parser's links and the reader's redirects
 going back to input.
 `idle()` is the one explicit "is the crawl done?" check over every stage's counters.
+
+The stages are given their seams at construction, chosen here and nowhere else: where new URLs
+go (input's `Admission`), where jobs of sites owned elsewhere go (the site table's `Forward`),
+and how the opener fetches (`PageFetch`, `RobotsFetch`) -- the embedded defaults, or a cluster
+node's (`cluster/__init__.py`, with `cluster` in larbin.conf).
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ import itertools
 import logging
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from larbinpy import __version__
 from larbinpy.config import Config
@@ -24,7 +30,7 @@ from larbinpy.daemon.progress import Progress
 from larbinpy.daemon.status import Figures, Gauges
 from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
 from larbinpy.frontier.seen import BitmapSeenSet
-from larbinpy.frontier.sites import Sites
+from larbinpy.frontier.sites import Sites, never_forward
 from larbinpy.frontier.state import StateDir
 from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
 from larbinpy.net.client import make_http1, make_session
@@ -33,13 +39,16 @@ from larbinpy.outputs import Outputs
 from larbinpy.records import Job, Site
 from larbinpy.stages.bandwidth import BandwidthLimiter
 from larbinpy.stages.dns import Dns
-from larbinpy.stages.input import Input
-from larbinpy.stages.opener import Opener
+from larbinpy.stages.input import Input, LocalAdmission
+from larbinpy.stages.opener import Opener, PageFetch, RobotsFetch
 from larbinpy.stages.parser import Parser
 from larbinpy.stages.reader import Reader
 from larbinpy.stages.robots import Robots
 from larbinpy.stages.sequencer import Sequencer
 from larbinpy.stats import Stats
+
+if TYPE_CHECKING:
+    from larbinpy.cluster import Cluster
 
 log = logging.getLogger("larbinpy")
 
@@ -55,8 +64,11 @@ class Crawler:
 
     version = __version__
 
-    def __init__(self, cfg: Config, scratch: bool = False, progress: bool = False) -> None:
+    def __init__(self, cfg: Config, scratch: bool = False, progress: bool = False,
+                 on_page_fetch: Callable[[Site, Job], None] | None = None) -> None:
+        """`on_page_fetch`: told as each page fetch starts (robots.txt excluded), to measure."""
         self.cfg, self.scratch = cfg, scratch
+        cluster_type = _cluster_type(cfg)  # first: a ConfigError must leave stateDir alone
         self.stats = Stats()
         self.state = StateDir(
             cfg.state_dir,
@@ -75,38 +87,51 @@ class Crawler:
         self.saved = self.state.load()
         self.frontier = DiskFrontier(self.state.frontier_dir, self.saved.frontier)
         self.spill = SiteSpill(self.state.spill_dir, self.saved.spill)
-        self.sites = Sites(self.stats, cfg.wait_duration, self.spill)
-        self.input = Input(cfg, self.normalizer, self.seen, self.frontier, self.stats)
+        # The seams: a cluster node's (larbinpy/cluster: Redis seen-set, site ownership,
+        # streams, IP leases) with `cluster` set, else the embedded defaults.
+        self.cluster: Cluster | None = (
+            None if cluster_type is None
+            else cluster_type(cfg, self.seen, self.frontier, self.stats))
+        cluster = self.cluster
+        self.sites = Sites(self.stats, cfg.wait_duration, self.spill,
+                           forward=never_forward if cluster is None else cluster.forward)
         self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call)
+        admission = (LocalAdmission(self.frontier, self.seen, self.stats, self.sequencer.notify)
+                     if cluster is None else cluster.admission)
+        self.input = Input(cfg, self.normalizer, self.seen, self.frontier, self.stats,
+                           admission, self.sequencer.notify)
         policy = NetworkPolicy(cfg.allow_networks)  # one for DNS and robots.txt redirects
-        self.robots = Robots(cfg, self.stats, self.sites, policy)
         self.outputs = Outputs(cfg, self.stats)
+        self.robots = Robots(
+            cfg, self.stats, self.sites, policy,
+            # archives record robots.txt exchanges too
+            record=self.outputs.record_robots if self.outputs.keep_raw else None,
+            on_sitemaps=self.input.add_sitemaps,  # Sitemap: lines, fed to input like links
+        )
         self.limiter = BandwidthLimiter(cfg.max_bandwidth) if cfg.max_bandwidth else None
         self.parser = Parser(cfg, self.stats, self.normalizer, self.input, self.outputs,
                              self.changed)
         self.reader = Reader(cfg, self.stats, self.normalizer, self.robots, self.input,
                              self.outputs, self.limiter, self.contents, parser=self.parser,
                              keep_raw=self.outputs.keep_raw, sites=self.sites)
-        if self.outputs.keep_raw:  # archives record robots.txt exchanges too
-            self.robots.record = self.outputs.record_robots
-        if cfg.sitemaps:  # robots.txt's Sitemap: lines are fed to input like links
-            self.robots.on_sitemaps = self.input.add_sitemaps
-        self.opener = Opener(cfg, self.sites, self.robots, self.reader, self.changed)
+        fetch_page: PageFetch = self.reader.fetch
+        fetch_robots: RobotsFetch = self.robots.fetch
+        if cluster is not None:  # the cluster calls back into the stages built on its seams
+            cluster.bind(sites=self.sites, queued=self.sequencer.notify, changed=self.changed,
+                         idle=self.idle, parse_pending=self.parser.flush)
+            fetch_page = cluster.page_fetch(fetch_page)
+            fetch_robots = cluster.robots_fetch(fetch_robots)
+        if on_page_fetch is not None:
+            fetch_page = _observed(fetch_page, on_page_fetch)
+        self.opener = Opener(cfg, self.sites, self.robots, self.reader, self.changed,
+                             fetch_page=fetch_page, fetch_robots=fetch_robots)
         self.dns = Dns(cfg, self.stats, self.sites, policy, self._resolved)
-        # the pipeline's arrows
-        self.input.on_queued = self.sequencer.notify
-        self.sites.on_new_site = self.dns.submit
-        self.sites.on_job = self.opener.consider
+        # the pipeline's arrows back into the site table (built first: both need it)
+        self.sites.connect(on_new_site=self.dns.submit, on_job=self.opener.consider)
         self.progress = Progress(self, enabled=progress)
         self.loading = 0  # seed sources still being read
         self.stop_requested = False
         self._changed = asyncio.Event()
-        # --- cluster (larbinpy/cluster): Redis seen-set, site ownership, streams ---
-        self.cluster = None
-        if cfg.cluster is not None:
-            from larbinpy.cluster import Cluster
-
-            self.cluster = Cluster(self)  # wires input.admit, sites.forward, reader.fetch
 
     # --- "is the crawl done?" ---
 
@@ -324,6 +349,29 @@ class Crawler:
             self.contents.close()
         self.frontier.close()
         self.spill.close()
+
+
+def _cluster_type(cfg: Config) -> type[Cluster] | None:
+    """With `cluster` set, the Cluster class; a ConfigError when the redis client is missing
+    (it is an optional extra)."""
+    if cfg.cluster is None:
+        return None
+    try:
+        from larbinpy.cluster import Cluster
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "redis":
+            raise
+        raise cfg.error("cluster", "cluster needs the redis client: "
+                        "pip install 'larbinpy[cluster]'") from None
+    return Cluster
+
+
+def _observed(fetch: PageFetch, observe: Callable[[Site, Job], None]) -> PageFetch:
+    """`fetch`, telling `observe` as each call starts."""
+    async def observed_fetch(site: Site, job: Job) -> None:
+        observe(site, job)
+        await fetch(site, job)
+    return observed_fetch
 
 
 def reopen_logs() -> None:

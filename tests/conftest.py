@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,24 @@ from larbinpy.crawler import Crawler
 from larbinpy.demo import DnsServer, LocalWeb, Page, Site
 
 CRAWL_TIMEOUT = 60.0
+WAIT_TIMEOUT = 30.0  # until(): a guard against a hung test on a loaded machine, not a measure
+
+
+async def until(condition: Callable[[], object], what: str = "the awaited condition",
+                timeout: float = WAIT_TIMEOUT, every: float = 0.02) -> None:
+    """Poll `condition()` (awaited when it returns an awaitable) until it is true; after
+    `timeout` seconds fail saying `what` never happened."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        result = condition()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"{what}: not after {timeout:.0f} s")
+        await asyncio.sleep(every)
 
 
 def html(*links: str, title: str = "page") -> Page:

@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 import pytest
 import redis.asyncio as aioredis
 import redisserver
-from conftest import html
+from conftest import WAIT_TIMEOUT, html, until
 
 from larbinpy.cluster import membership
 from larbinpy.cluster.membership import owner_of
@@ -26,9 +26,10 @@ redis_url = redisserver.redis_url  # the fixture: a real redis-server per test
 
 @pytest.fixture(autouse=True)
 def fast_heartbeats(monkeypatch):
-    """In-process nodes beat fast, so joins and deaths show within a fraction of a second."""
+    """In-process nodes beat fast, so joins show within a fraction of a second; no test here
+    kills a node, so expiry is long: a loaded machine's stalls never pass for a death."""
     monkeypatch.setattr(membership, "HEARTBEAT_S", 0.1)
-    monkeypatch.setattr(membership, "EXPIRY_S", 1.0)
+    monkeypatch.setattr(membership, "EXPIRY_S", 30.0)
 
 
 def grid_web(hosts: int = 9, pages: int = 6, delay: float = 0.0) -> list[Site]:
@@ -91,13 +92,9 @@ def node_names(tw, hosts: int, count: int, each: int = 2) -> list[str]:
 
 
 async def until_fetched(tw, node: str, pages: int) -> None:
-    """Until `node` has sent `pages` page requests to the web (bounded)."""
-    for _ in range(400):
-        if sum(h.headers.get("From") == f"{node}@test" and h.path != "/robots.txt"
-               for h in tw.web.hits) >= pages:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{node} fetched fewer than {pages} pages")
+    """Until `node` has sent `pages` page requests to the web."""
+    await until(lambda: sum(h.headers.get("From") == f"{node}@test" and h.path != "/robots.txt"
+                            for h in tw.web.hits) >= pages, f"{node} fetching {pages} pages")
 
 
 def by_node(tw) -> dict[str, set[str]]:
@@ -117,14 +114,15 @@ async def live_nodes(url: str) -> list[str]:
         await r.aclose()
 
 
-async def wait_for_nodes(url: str, n: int) -> None:
-    """Until `n` nodes are live and each has seen the others (bounded)."""
-    for _ in range(200):
-        if len(await live_nodes(url)) >= n:
-            await asyncio.sleep(3 * membership.HEARTBEAT_S)
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"fewer than {n} nodes joined")
+async def wait_for_nodes(url: str, *nodes: Crawler) -> None:
+    """Until `nodes` are live in Redis and each one's view of the cluster lists them all."""
+    names = {node.cluster.node for node in nodes}
+
+    async def joined() -> bool:
+        return names <= set(await live_nodes(url)) and all(
+            names <= set(node.cluster.membership.live) for node in nodes)
+
+    await until(joined, f"{sorted(names)} joining and seeing each other")
 
 
 def start(tw, url: str, node: str, body: str = "") -> tuple[Crawler, asyncio.Task[int]]:
@@ -140,7 +138,7 @@ async def test_three_nodes_fetch_every_page_once_each_host_from_one_node(make_we
     names = node_names(tw, hosts, 3)
     n2, t2 = start(tw, redis_url, names[1])
     n3, t3 = start(tw, redis_url, names[2])
-    await wait_for_nodes(redis_url, 2)
+    await wait_for_nodes(redis_url, n2, n3)
     n1, t1 = start(tw, redis_url, names[0], f"startUrl {tw.url('h0.test')}")
     assert await asyncio.gather(t1, t2, t3) == [0, 0, 0]
     fetched = Counter(tw.pages_fetched())
@@ -178,7 +176,7 @@ async def test_a_last_page_sending_a_url_to_an_idle_node_does_not_end_the_crawl(
                                            delay=1.0)})
     second.pages["/late.html"] = html()
     n2, t2 = start(tw, redis_url, "n2")
-    await wait_for_nodes(redis_url, 1)
+    await wait_for_nodes(redis_url, n2)
     n1, t1 = start(tw, redis_url, "n1", f"startUrl {tw.url(first.host)}")
     assert await asyncio.gather(t1, t2) == [0, 0]
     assert tw.url(second.host, "/late.html") in tw.pages_fetched()
@@ -199,7 +197,7 @@ async def test_the_per_ip_clock_holds_across_nodes(make_web, redis_url):
     tw = await make_web([Site(h, "127.0.0.5", dict(pages)) for h in candidates])
     chosen = pick_hosts(tw, candidates, ["n1", "n2"])
     n2, t2 = start(tw, redis_url, "n2", "waitDuration 0.25")
-    await wait_for_nodes(redis_url, 1)
+    await wait_for_nodes(redis_url, n2)
     seeds = "".join(f"startUrl {tw.url(h)}\n" for h in chosen.values())
     n1, t1 = start(tw, redis_url, "n1", "waitDuration 0.25\n" + seeds)
     assert await asyncio.gather(t1, t2) == [0, 0]
@@ -217,7 +215,7 @@ async def test_a_node_joining_mid_crawl_takes_over_a_share_of_sites(make_web, re
     star_hosts(tw, hosts, pages)
     names = node_names(tw, hosts, 3)
     n2, t2 = start(tw, redis_url, names[1])
-    await wait_for_nodes(redis_url, 1)
+    await wait_for_nodes(redis_url, n2)
     n1, t1 = start(tw, redis_url, names[0], f"startUrl {tw.url('h0.test')}")
     await until_fetched(tw, names[0], 10)  # mid-crawl: every site started, none finished
     n3, t3 = start(tw, redis_url, names[2])
@@ -241,7 +239,7 @@ async def test_a_node_stopping_cleanly_hands_its_urls_over(make_web, redis_url):
     names = node_names(tw, hosts, 3)
     n2, t2 = start(tw, redis_url, names[1])
     n3, t3 = start(tw, redis_url, names[2])
-    await wait_for_nodes(redis_url, 2)
+    await wait_for_nodes(redis_url, n2, n3)
     n1, t1 = start(tw, redis_url, names[0], f"startUrl {tw.url('h0.test')}")
     await until_fetched(tw, names[1], 2)  # n2 is in the middle of its sites
     n2.request_stop()
@@ -260,7 +258,7 @@ async def test_a_stopped_cluster_resumes_under_another_node(make_web, redis_url)
     tw = await make_web(grid_web(hosts, pages, delay=0.1))
     chain_hosts(tw, hosts)
     a, ta = start(tw, redis_url, "a", f"startUrl {tw.url('h0.test')}")
-    await asyncio.sleep(0.7)
+    await until_fetched(tw, "a", 3)  # mid-crawl
     a.request_stop()
     assert await ta == 0
     first = len(tw.pages_fetched())
@@ -284,16 +282,17 @@ async def test_status_page_and_metrics_show_the_cluster(make_web, redis_url):
     expected = len(expected_pages(tw, hosts, pages))
     n2, t2 = start(tw, redis_url, "n2")
     n2.cfg.exit_at_end = False
-    await wait_for_nodes(redis_url, 1)
+    await wait_for_nodes(redis_url, n2)
     n1, t1 = start(tw, redis_url, "n1", f"startUrl {tw.url('h0.test')}")
     n1.cfg.exit_at_end = False
-    for _ in range(200):  # n1's status page shows the whole cluster's pages
-        await asyncio.sleep(0.05)
+    s: dict = {}
+
+    def whole_cluster_shown() -> bool:
+        nonlocal s
         s = snapshot(n1)
-        if s["cluster"]["totals"]["success"] == expected:
-            break
-    else:
-        raise AssertionError(s["cluster"])
+        return s["cluster"]["totals"]["success"] == expected
+
+    await until(whole_cluster_shown, f"n1's status page showing the cluster's {expected} pages")
     n1.request_stop()
     n2.request_stop()
     assert await asyncio.gather(t1, t2) == [0, 0]
@@ -383,11 +382,18 @@ async def test_a_fetched_url_stays_pending_until_its_pages_links_are_admitted(
     pending = "larbinpy:unit:pending:a"
     r = aioredis.Redis.from_url(redis_url)
     await r.hset(pending, "http://a.test/page", "job")  # a URL this node holds
+    waiting = asyncio.Event()
+
+    async def settled() -> bool:
+        """Admission's own answer; `waiting` tells the test the flush has asked for it."""
+        waiting.set()
+        return await adm.settled()
+
     # the page is fetched; its one link is still in the parser stage when the ack is due
-    fetched = Fetched(adm.link, lambda: adm.admit([Job("http://a.test/link", 1)]), adm.settled)
+    fetched = Fetched(adm.link, lambda: adm.admit([Job("http://a.test/link", 1)]), settled)
     fetched.add("http://a.test/page")
     ack = asyncio.ensure_future(fetched.flush())
-    await asyncio.sleep(0.3)
+    await asyncio.wait_for(waiting.wait(), WAIT_TIMEOUT)  # the flush waits on admission
     assert not ack.done()  # admission has not run: the page must stay pending
     assert await r.hkeys(pending) == [b"http://a.test/page"]  # a kill -9 now loses nothing
     admitting = asyncio.ensure_future(adm.run())
@@ -443,3 +449,21 @@ async def test_an_unreachable_redis_is_a_configuration_error(tmp_path):
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2
     assert b"larbin.conf:6: cluster redis://" in err and b"cannot use Redis" in err
+
+
+async def test_cluster_without_the_redis_client_is_a_configuration_error(tmp_path):
+    import sys
+
+    conf = tmp_path / "larbin.conf"
+    conf.write_text(f"stateDir {tmp_path}/s\nhttpPort 0\ninputPort 0\nexitAtEnd\n"
+                    "cluster redis://127.0.0.1:6379/0\n")
+    # the redis client not installed (it is the optional `cluster` extra)
+    code = ("import sys; sys.modules['redis'] = None; from larbinpy.cli import main; "
+            f"sys.exit(main(['-c', {str(conf)!r}, '-q']))")
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code,
+                                                stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert (f"{conf}:5: cluster needs the redis client: pip install 'larbinpy[cluster]'"
+            in err.decode())
+    assert not (tmp_path / "s").exists()  # refused before stateDir was touched

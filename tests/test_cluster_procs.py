@@ -10,7 +10,9 @@ import sys
 from collections import Counter
 
 import pytest
+import redis.asyncio as aioredis
 import redisserver
+from conftest import until
 from test_cluster import (
     by_node,
     expected_pages,
@@ -22,7 +24,6 @@ from test_cluster import (
 )
 
 from larbinpy.bench.localredis import redis_server_path
-from larbinpy.cluster import membership
 
 redis_url = redisserver.redis_url  # the fixture: a real redis-server per test
 
@@ -36,14 +37,33 @@ async def start_node(tw, url: str, node: str, body: str = "") -> asyncio.subproc
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, cwd=tw.tmp)
 
 
+async def expiries(url: str) -> dict[str, float]:
+    """Live node -> the expiry its last heartbeat set (Redis's clock, ms)."""
+    r = aioredis.Redis.from_url(url)
+    try:
+        return {n.decode(): t for n, t in await r.zrange("larbinpy:test:nodes", 0, -1,
+                                                          withscores=True)}
+    finally:
+        await r.aclose()
+
+
 async def wait_live(url: str, nodes: set[str]) -> None:
-    """Until these nodes are live and have seen each other (bounded)."""
-    for _ in range(300):
-        if nodes <= set(await live_nodes(url)):
-            await asyncio.sleep(2 * membership.HEARTBEAT_S)
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{nodes} did not all join")
+    """Until these nodes are live and each has beaten since they all were: a heartbeat reads
+    the live set back, so each has then seen the others."""
+    joined: dict[str, float] = {}  # the expiries read when all were first live
+
+    async def all_live() -> bool:
+        live = await expiries(url)
+        if nodes <= set(live):
+            joined.update(live)
+        return bool(joined)
+
+    async def all_beaten_since() -> bool:
+        live = await expiries(url)
+        return all(live.get(n, 0) > joined[n] for n in nodes)
+
+    await until(all_live, f"{sorted(nodes)} joining")
+    await until(all_beaten_since, f"{sorted(nodes)} beating once all had joined")
 
 
 async def finish(proc: asyncio.subprocess.Process) -> None:
@@ -62,10 +82,8 @@ async def test_kill_9_of_a_node_the_survivors_finish_everything(make_web, redis_
     await wait_live(redis_url, set(names[1:]))
     n1 = await start_node(tw, redis_url, names[0], f"startUrl {tw.url('h0.test')}")
     victim = names[1]
-    for _ in range(200):  # until the victim is in the middle of its sites
-        await asyncio.sleep(0.05)
-        if sum(h.headers.get("From") == f"{victim}@test" for h in tw.web.hits) >= 6:
-            break
+    await until(lambda: sum(h.headers.get("From") == f"{victim}@test" for h in tw.web.hits) >= 6,
+                f"{victim} in the middle of its sites")
     n2.send_signal(signal.SIGKILL)
     await n2.wait()
     await asyncio.gather(finish(n1), finish(n3))

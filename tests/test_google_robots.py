@@ -20,6 +20,7 @@ from larbinpy.config import parse_config
 from larbinpy.frontier.diskqueue import SiteSpill
 from larbinpy.frontier.sites import Sites
 from larbinpy.links.urls import Normalizer
+from larbinpy.net.policy import NetworkPolicy
 from larbinpy.records import Site
 from larbinpy.stages.robots import Robots, parse_rules
 from larbinpy.stats import Stats
@@ -223,7 +224,7 @@ def _sites() -> Sites:
 def larbinpy_fetches(robots_txt: str, agent: str, url: str) -> bool:
     """Would larbinpy, configured with UserAgent `agent`, fetch `url` under this robots.txt?"""
     cfg = parse_config(f'UserAgent "{agent}"\n')
-    robots = Robots(cfg, Stats(), _sites())
+    robots = Robots(cfg, Stats(), _sites(), NetworkPolicy(cfg.allow_networks))
     canonical = Normalizer(strip_params=frozenset(), max_length=1 << 20).normalize(url)
     assert canonical is not None, url
     site = Site("http://foo.bar", "foo.bar")

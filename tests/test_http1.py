@@ -18,13 +18,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiohttp import HttpVersion
-from conftest import free_port
+from conftest import free_port, until
 
 from larbinpy.net.http1 import FetchError, Http1Client, Response, split_http_url
 
 MiB = 1024 * 1024
 HOST = "site.test"
-LIMIT = 8.0  # wall clock of any one test
+LIMIT = 30.0  # a guard against a hung test (generous: a loaded machine is slow), never a measure
 
 
 # --- the servers ---------------------------------------------------------------------------
@@ -101,6 +101,15 @@ class RawServer:
             pass  # the client left: what was sent is counted
         finally:
             writer.close()
+
+    def blocked(self) -> bool:
+        """Is a connection's writer backed up past its high-water mark (the peer not
+        reading, the kernel's buffers full)?"""
+        for peer in self.peers:
+            transport = peer.writer.transport
+            if transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]:
+                return True
+        return False
 
     async def stop(self) -> None:
         assert self._server is not None
@@ -203,13 +212,6 @@ async def fetch(client: Http1Client, port: int, target: str = "/", **kw: object
     return resp, await read_all(resp)
 
 
-async def until(predicate: Callable[[], object], timeout: float = 2.0) -> None:
-    """Poll until `predicate()` holds (TimeoutError after `timeout`)."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
-
-
 async def echo_target(peer: Peer) -> None:
     """Keep-alive server: each request answered 200 with its target as the body."""
     while (head := await peer.request()) is not None:
@@ -297,7 +299,7 @@ async def test_pooled_connection_closed_by_server_while_idle_is_replaced(serve, 
         server = await serve(answer_then_close)
         client = make_client()
         assert (await fetch(client, server.port, "/1"))[1] == b"/1"
-        await asyncio.sleep(0.05)  # the server's FIN reaches the idle pooled connection
+        await until(lambda: not client.pool.idle, "the server's FIN dropping the idle connection")
         resp, body = await fetch(client, server.port, "/2")
         assert (resp.status, body) == (200, b"/2")
         assert len(server.peers) == 2
@@ -375,12 +377,14 @@ async def test_connection_close_response_is_not_reused(serve, make_client):
 
 async def test_bytes_from_an_idle_pooled_connection_make_the_client_drop_it(
         serve, make_client):
+    pooled = asyncio.Event()  # the client has read /1 and keeps its connection idle
+
     async def answer_then_babble(peer: Peer) -> None:
         head = await peer.request()
         assert head is not None
         await peer.send(ok(target_of(head)))
         if peer.index == 0:
-            await asyncio.sleep(0.05)
+            await pooled.wait()
             await peer.send(ok(b"nobody asked"))  # out of turn: cannot be trusted
         await peer.wait_eof()
 
@@ -388,6 +392,8 @@ async def test_bytes_from_an_idle_pooled_connection_make_the_client_drop_it(
         server = await serve(answer_then_babble)
         client = make_client()
         await fetch(client, server.port, "/1")
+        assert client.pool.idle
+        pooled.set()
         await until(lambda: server.peers[0].eof_at is not None)  # the client hung up
         resp, body = await fetch(client, server.port, "/2")
         assert (resp.status, body) == (200, b"/2")
@@ -426,9 +432,9 @@ async def test_idle_pooled_connection_is_closed_after_keepalive_seconds(serve, m
         loop = asyncio.get_running_loop()
         await fetch(client, server.port)
         released = loop.time()
-        await until(lambda: server.peers[0].eof_at is not None, timeout=2.0)
+        await until(lambda: server.peers[0].eof_at is not None, "the client closing it")
         idle = server.peers[0].eof_at - released
-        assert 0.25 <= idle <= 1.0, idle
+        assert idle >= 0.25, idle  # kept `keepalive` seconds, then closed by the client
         assert not client.pool.idle
 
 
@@ -457,14 +463,22 @@ async def test_body_without_length_is_read_to_eof(serve, make_client):
 
 
 async def test_body_without_length_cut_by_a_reset_is_early_stop(serve, make_client):
+    read_some = asyncio.Event()  # the client has the head and part of the body
+
     async def http10_reset(peer: Peer) -> None:
         await peer.request()
         await peer.send(b"HTTP/1.0 200 OK\r\n\r\n" + b"x" * 5000)
-        await asyncio.sleep(0.05)
+        await read_some.wait()
         peer.reset()
 
-    kind, server = await failure(serve, make_client, http10_reset)
-    assert kind == "earlyStop"
+    async with asyncio.timeout(LIMIT):
+        server = await serve(http10_reset)
+        resp = await make_client().get(HOST, server.port, "/")
+        with pytest.raises(FetchError) as err:
+            async with resp:
+                async for _ in resp.content.iter_any():
+                    read_some.set()
+    assert err.value.kind == "earlyStop"
 
 
 async def test_chunked_body_is_dechunked_and_head_accessors_behave(serve, make_client):
@@ -644,14 +658,15 @@ async def test_connect_that_never_completes_is_timeout_after_connect_timeout(mak
                 filler.connect(listener.getsockname())
             fillers.append(filler)
         async with asyncio.timeout(LIMIT):
-            client = make_client(connect_timeout=0.5)
+            # no total timeout to speak of: only the connect timeout can end this fetch
+            client = make_client(connect_timeout=0.5, total_timeout=3600)
             loop = asyncio.get_running_loop()
             start = loop.time()
             with pytest.raises(FetchError) as err:
                 await client.get(HOST, listener.getsockname()[1], "/")
             elapsed = loop.time() - start
             assert err.value.kind == "timeout"
-            assert 0.45 <= elapsed <= 1.2, elapsed
+            assert elapsed >= 0.45, elapsed  # not before the connect timeout
     finally:
         for sock in (listener, *fillers):
             sock.close()
@@ -679,14 +694,15 @@ async def test_server_that_never_answers_is_timeout_after_read_timeout(serve, ma
 
     async with asyncio.timeout(LIMIT):
         server = await serve(silent)
-        client = make_client(read_timeout=1, total_timeout=5)
+        # no total timeout to speak of: only the read timeout can end this fetch
+        client = make_client(read_timeout=1, total_timeout=3600)
         loop = asyncio.get_running_loop()
         start = loop.time()
         with pytest.raises(FetchError) as err:
             await client.get(HOST, server.port, "/")
         elapsed = loop.time() - start
         assert err.value.kind == "timeout"
-        assert 0.9 <= elapsed <= 1.6, elapsed
+        assert elapsed >= 0.9, elapsed  # not before the read timeout
         await until(lambda: server.peers[0].eof_at is not None)  # the client hung up
 
 
@@ -711,8 +727,9 @@ async def test_drip_feed_is_timeout_at_the_total_timeout(serve, make_client):
                     got += chunk
         elapsed = loop.time() - start
         assert err.value.kind == "timeout"
-        assert 1.4 <= elapsed <= 2.2, elapsed
-        assert 3 <= len(got) <= 7  # the drip did get through until the total ran out
+        # the drip outlived the read timeout: the endless body was ended by the total one
+        assert elapsed >= 1.4, elapsed
+        assert len(got) >= 2  # bytes did come through meanwhile
 
 
 async def test_timeout_of_a_body_without_length_is_not_taken_for_its_end(serve, make_client):
@@ -762,13 +779,13 @@ async def test_unread_body_pauses_the_socket_so_the_server_blocks(serve, make_cl
         server = await serve(streaming(total))
         client = make_client(read_timeout=2, total_timeout=6)
         resp = await client.get(HOST, server.port, "/")
-        await asyncio.sleep(0.5)  # read nothing: on loopback 20 MB would be in by now
+        # read nothing: the client stops reading its socket, the kernel's buffers fill, and
+        # the server's writes back up past its transport's high-water mark (drain() waits)
+        await until(lambda: resp._conn.paused and server.blocked(), "the server blocked")
         # 256 KiB in the client's buffer, plus the two sockets' buffers (tcp_rmem and
         # tcp_wmem: a few MB on Linux), plus the server's transport buffer
         held = server.sent
         assert held < 8 * MiB, held
-        await asyncio.sleep(0.2)
-        assert server.sent == held  # the server is blocked, not merely slow
         # reading resumes the socket: the whole body arrives
         got = 0
         async with resp:
@@ -862,18 +879,16 @@ async def test_total_timeout_counts_from_the_start_of_the_fetch(serve, make_clie
         await peer.wait_eof()
 
     async def slow_resolver(host: str, port: int) -> list[str]:
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(1.2)  # longer than the whole fetch may take
         return ["127.0.0.1"]
 
     async with asyncio.timeout(LIMIT):
         server = await serve(silent)
         client = make_client(resolver=slow_resolver, read_timeout=5, total_timeout=1.0)
-        loop = asyncio.get_running_loop()
-        start = loop.time()
         with pytest.raises(FetchError) as err:
             await client.get(HOST, server.port, "/")
         assert err.value.kind == "timeout"
-        assert 0.9 < loop.time() - start < 1.4  # not 0.6 s of resolving plus a fresh 1.0 s
+        assert server.peers == []  # resolving spent the time: no fresh timeout to connect in
 
 
 async def test_connection_released_while_paused_for_flow_control_serves_the_next_page(

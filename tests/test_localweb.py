@@ -15,6 +15,7 @@ from urllib.parse import urljoin, urlsplit
 import aiodns
 import aiohttp
 import pytest
+from conftest import WAIT_TIMEOUT
 from dnslib import DNSRecord
 
 from larbinpy.bench.synth import ROBOTS_TXT, start_synth, synth_sites, synth_urls
@@ -112,11 +113,9 @@ async def test_dns_records_change_live(dns: DnsServer) -> None:
 
 
 async def test_dns_silent_name_times_out(dns: DnsServer) -> None:
-    t0 = time.monotonic()
-    with pytest.raises(aiodns.error.DNSError) as err:
-        await asyncio.wait_for(resolver(dns).query_dns("slow.test", "A"), 5)
+    with pytest.raises(aiodns.error.DNSError) as err:  # the resolver's own timeout, not the guard's
+        await asyncio.wait_for(resolver(dns).query_dns("slow.test", "A"), WAIT_TIMEOUT)
     assert err.value.args[0] == ETIMEOUT
-    assert time.monotonic() - t0 < 3
     assert dns.queries[("slow.test", "A")] >= 1
 
 

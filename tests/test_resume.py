@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from conftest import html
+from conftest import html, until
 
 from larbinpy.demo import Page, Site
 
@@ -48,6 +48,12 @@ def write_conf(tw) -> Path:
     return conf
 
 
+async def until_pages(tw, more: int) -> None:
+    """Until the web has served `more` page requests beyond those it had served so far."""
+    target = len(tw.pages_fetched()) + more
+    await until(lambda: len(tw.pages_fetched()) >= target, f"{more} more pages fetched")
+
+
 def all_pages(tw) -> set[str]:
     """Every page of the slow web."""
     return {tw.url(s.host, p) for s in slow_web() for p in s.pages}
@@ -60,7 +66,7 @@ async def test_kill_9_at_random_moments_loses_nothing(make_web):
     kills = 5
     for _ in range(kills):
         proc = await start(tw, conf)
-        await asyncio.sleep(rng.uniform(0.6, 1.2))
+        await until_pages(tw, rng.randint(2, 12))  # a random moment of its crawl
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
     proc = await start(tw, conf)
@@ -69,7 +75,8 @@ async def test_kill_9_at_random_moments_loses_nothing(make_web):
     fetched = Counter(tw.pages_fetched())
     assert set(fetched) == all_pages(tw)
     # re-fetches: at most what was in flight (3) or fetched since the last checkpoint
-    # (0.2 s at ~30 pages/s = 6, plus one checkpoint tick of slack) per kill
+    # (0.2 s at ~30 pages/s = 6, plus one checkpoint tick of slack) per kill; a run killed
+    # before its first checkpoint re-fetches its 12 pages at most, plus those in flight
     refetched = sum(fetched.values()) - len(fetched)
     assert refetched <= kills * (3 + 6 + 6), fetched
 
@@ -78,7 +85,7 @@ async def test_sigterm_stops_cleanly_and_a_restart_finishes(make_web):
     tw = await make_web(slow_web())
     conf = write_conf(tw)
     proc = await start(tw, conf)
-    await asyncio.sleep(1.5)
+    await until_pages(tw, 10)  # mid-crawl
     proc.send_signal(signal.SIGTERM)
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()
@@ -122,10 +129,10 @@ async def test_a_corrupt_checkpoint_is_refused_not_read_as_empty(make_web):
     tw = await make_web(slow_web()[:1])
     conf = write_conf(tw)
     proc = await start(tw, conf)
-    await asyncio.sleep(1.0)
+    checkpoint = tw.tmp / "state" / "checkpoint"
+    await until(lambda: tw.pages_fetched() and checkpoint.exists(), "a checkpoint mid-crawl")
     proc.send_signal(signal.SIGTERM)
     await proc.wait()
-    checkpoint = tw.tmp / "state" / "checkpoint"
     data = checkpoint.read_bytes()
     checkpoint.write_bytes(data[: len(data) // 2])  # truncated
     proc = await start(tw, conf)

@@ -13,7 +13,7 @@ from larbinpy.demo import Page, Site
 from larbinpy.links.sitemaps import MAX_URLS, parse
 from larbinpy.links.urls import Normalizer
 from larbinpy.records import Job, JobKind
-from larbinpy.stages.input import Input
+from larbinpy.stages.input import Input, LocalAdmission
 from larbinpy.stats import Stats
 
 
@@ -135,8 +135,10 @@ class _Seen:
 
 def test_sitemap_urls_get_sitemap_priority_and_full_depth():
     cfg = parse_config("sitemapPriority 7\ndepthInSite 3\n")
-    frontier = _Frontier()
-    inp = Input(cfg, Normalizer(), _Seen(), frontier, Stats())  # type: ignore[arg-type]
+    frontier, seen, stats = _Frontier(), _Seen(), Stats()
+    admission = LocalAdmission(frontier, seen, stats, lambda: None)  # type: ignore[arg-type]
+    inp = Input(cfg, Normalizer(), seen, frontier, stats, admission,  # type: ignore[arg-type]
+                lambda: None)
     inp.add_sitemaps("http://a.test/robots.txt", ["/s.xml"], 2)
     inp.add_sitemap_urls("http://a.test/s.xml", ["http://a.test/p", "/q", "http://a.test/p"])
     inp.add_sitemaps("http://a.test/s.xml", ["/deeper.xml"], -1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 from pathlib import Path
@@ -15,11 +14,7 @@ from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer, host_of, path_
 
 # ---- WHATWG conformance ---------------------------------------------------------------------
 
-_DATA_DIR = Path(
-    os.environ.get("LARBINPY_TESTDATA") or Path(__file__).parents[1].parent / "shared" / "testdata"
-)
-_DATA_FILE = _DATA_DIR / "urltestdata.json"
-_MISSING = f"WHATWG test data not found at {_DATA_FILE} (set LARBINPY_TESTDATA to its folder)"
+_DATA_FILE = Path(__file__).parent / "data" / "urltestdata.json"  # WPT's (data/README.md)
 _C0_SPACE = "".join(map(chr, range(0x21)))
 _UNRESERVED = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
@@ -253,9 +248,7 @@ def _is_http(url: str | None) -> bool:
 
 
 def _load_cases() -> list[dict]:
-    """The WHATWG cases (comments dropped), or [] when the data is not available."""
-    if not _DATA_FILE.exists():
-        return []
+    """The WHATWG cases (comments dropped); a missing file fails the collection."""
     return [c for c in json.loads(_DATA_FILE.read_text("utf-8")) if isinstance(c, dict)]
 
 
@@ -290,13 +283,10 @@ def _run(normalizer: Normalizer, case: dict) -> str | None:
 _CASES = _load_cases()
 _IN_SCOPE = [c for c in _CASES if _in_scope(c)]
 _DIFFER = {(i, b): (browser, ours, why) for i, b, browser, ours, why in DIFFERENCES}
-_needs_data = pytest.mark.skipif(not _CASES, reason=_MISSING)
 
 
 def _params(cases: list[dict]) -> list:
-    """pytest params with readable ids, or a single skipped param when the data is missing."""
-    if not _CASES:
-        return [pytest.param(None, marks=pytest.mark.skip(reason=_MISSING))]
+    """pytest params with readable ids."""
     return [pytest.param(c, id=f"{c['input']!r}@{c['base']!r}"[:80]) for c in cases]
 
 
@@ -333,7 +323,6 @@ def test_whatwg_non_http_results_are_refused(case: dict) -> None:
     assert _run(Normalizer(), case) is None
 
 
-@_needs_data
 def test_differences_table_is_complete_and_exact() -> None:
     """The table lists exactly the cases where we differ from the browser (besides fragments)."""
     normalizer = Normalizer()
@@ -348,14 +337,12 @@ def test_differences_table_is_complete_and_exact() -> None:
     assert actual == {key: (browser, ours) for key, (browser, ours, _) in _DIFFER.items()}
 
 
-@_needs_data
 def test_whatwg_scope_is_substantial() -> None:
     """Guard against the loader silently selecting (almost) nothing."""
     assert len(_IN_SCOPE) > 400
     assert sum(1 for c in _IN_SCOPE if c.get("failure")) > 50
 
 
-@_needs_data
 def test_canonical_output_is_a_fixed_point() -> None:
     """Normalizing a canonical URL again changes nothing (the seen-set relies on it)."""
     normalizer = Normalizer()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import gzip
-import inspect
 import json
 import re
 import subprocess
@@ -13,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from conftest import html
 from warcio.archiveiterator import ArchiveIterator
 
@@ -23,8 +21,6 @@ from larbinpy.demo import Site, redirect
 from larbinpy.outputs import Outputs
 from larbinpy.outputs.warc import WarcOutput, response_block
 from larbinpy.records import Job, Page
-from larbinpy.stages import reader as reader_module
-from larbinpy.stages import robots as robots_module
 from larbinpy.stats import Stats
 
 BIN = Path(sys.executable).parent
@@ -183,9 +179,10 @@ async def test_a_revisit_read_in_the_same_turn_as_its_page_is_archived_after_it(
 
     crawler = Crawler(parse_config(f"stateDir {tmp_path}/state\nsaveDir {tmp_path}/save\n"
                                    "output warc\nhttpPort 0\ninputPort 0\n"), scratch=True)
-    crawler.parser.pass_on("write", hand_page("http://x.test/gone", b"no", status=404))
+    outputs = crawler.outputs
+    crawler.parser.pass_on(outputs.write, hand_page("http://x.test/gone", b"no", status=404))
     crawler.parser.take(hand_page("http://x.test/a", b"same body"))
-    crawler.parser.pass_on("record_duplicate", hand_page("http://x.test/b", b"same body"))
+    crawler.parser.pass_on(outputs.record_duplicate, hand_page("http://x.test/b", b"same body"))
     await asyncio.sleep(0)  # the end of the turn that read all three
     crawler._close()
     got = [(r["type"], r["warc"].get("WARC-Target-URI")) for r in records(warc_files(tmp_path))
@@ -253,13 +250,6 @@ def test_disk_full_mid_record_pauses_and_the_file_stays_valid(tmp_path):
     assert uris == ["http://x.test/1", "http://x.test/2", "http://x.test/3"]
 
 
-# The crawler hands robots.txt fetches and noDup duplicates to the outputs once the lead has
-# wired `Robots.record` and `Reader.record_duplicate` (see larbinpy/outputs/__init__.py).
-WIRED = "record_duplicate" in inspect.getsource(reader_module) and "self.record" in \
-    inspect.getsource(robots_module)
-
-
-@pytest.mark.skipif(not WIRED, reason="robots.txt / noDup not wired to the outputs yet")
 async def test_robots_txt_and_nodup_revisits_are_in_the_crawl_warc(make_web):
     same = html("/", title="same")
     tw = await make_web([Site("r.test", "127.0.0.2", {

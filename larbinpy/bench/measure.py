@@ -136,9 +136,8 @@ def run_crawl(config_text: str, workdir: Path,
 
     async def crawl() -> int:
         """Build the crawler on the running loop, then crawl."""
-        crawlers.append(Crawler(cfg, scratch=True))
-        if starts is not None:
-            _record_starts(crawlers[0], starts)
+        observe = _record_starts(starts) if starts is not None else None
+        crawlers.append(Crawler(cfg, scratch=True, on_page_fetch=observe))
         return await crawlers[0].run()
 
     # The process's one-off start-up is not the crawl's: like the imports above (and the
@@ -158,15 +157,12 @@ def run_crawl(config_text: str, workdir: Path,
                 crawler.stats.bytes), outcomes)
 
 
-def _record_starts(crawler: Any, starts: dict[str, list[float]]) -> None:
-    """Note when each page fetch starts (a measuring hook on the reader; robots.txt excluded)."""
-    fetch = crawler.reader.fetch
-
-    async def timed(site: Any, job: Any) -> None:
+def _record_starts(starts: dict[str, list[float]]) -> Callable[[Any, Any], None]:
+    """The crawler's `on_page_fetch`: note when each page fetch starts, per site."""
+    def started(site: Any, job: Any) -> None:
         starts.setdefault(site.key, []).append(time.monotonic())
-        await fetch(site, job)
 
-    crawler.reader.fetch = timed
+    return started
 
 
 def steady_pages_per_s(starts: dict[str, list[float]]) -> float:

@@ -1,18 +1,24 @@
 """Scale-out on Redis: several larbinpy nodes, one crawl (`cluster redis://host:port/db`).
 
-Without `cluster` none of this is imported. With it, `Cluster` hooks into the same pipeline
-at four points, each a plain attribute the crawler wires (`crawler.py`):
+Without `cluster` none of this is imported (nor the `redis` client it needs). With it, the
+crawler (`crawler.py`) builds the stages on this node's seams instead of the embedded ones:
 
-* input: `Input.admit` -- URLs the local cache has not seen go through `redis_seen.Admission`
-  (one round trip: SETBIT test-and-set in Redis bitmaps, then own new URLs to the local FIFO,
-  others to their owner's stream);
-* site queues: `Sites.forward` -- a job popped by the sequencer for a site this node does not
-  own (any more) goes to the `streams.Outbox` instead of a site queue;
-* reader: `Reader.fetch` is wrapped -- a fetched job leaves the node's pending hash
-  (`streams.Fetched`), and with `waitDuration` > 0 every fetch takes its IP's lease
-  (`ipclock.py`); robots.txt fetches take the lease too;
+* input's `Admission` (`stages/input.py`): `redis_seen.Admission` -- URLs the local cache has
+  not seen make one round trip (SETBIT test-and-set in Redis bitmaps, then own new URLs to the
+  local FIFO, others to their owner's stream);
+* the site table's `Forward` (`frontier/sites.py`): `Cluster.forward` -- a job popped by the
+  sequencer for a site this node does not own (any more) goes to the `streams.Outbox`
+  instead of a site queue;
+* the opener's `PageFetch` and `RobotsFetch` (`stages/opener.py`): `Cluster.page_fetch` and
+  `Cluster.robots_fetch` wrap the reader's and robots' fetch -- a fetched job leaves the
+  node's pending hash (`streams.Fetched`), and with `waitDuration` > 0 every fetch, robots.txt
+  too, takes its IP's lease (`ipclock.py`);
 * "is the crawl done?": `Crawler.idle()` adds `Cluster.idle()` (nothing buffered for Redis),
   and with `exitAtEnd` the crawl ends when `termination.py` says the whole cluster is done.
+
+Building order: the seams exist before the stages (a `Cluster` is made from the seen-set, the
+FIFO and the counters), and the cluster calls back into stages built on them (the site table,
+the sequencer, the parser, the crawl's idle check): those come once, through `bind`.
 
 Background tasks on the crawler's loop: the heartbeat (`membership.py`: live set, reaping,
 recovery of lost nodes, figures for the status page), the inbound stream reader, the outbox,
@@ -31,8 +37,9 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -43,12 +50,14 @@ from larbinpy.cluster.membership import Membership
 from larbinpy.cluster.redis_seen import Admission
 from larbinpy.cluster.streams import Fetched, Inbox, Outbox
 from larbinpy.cluster.termination import Termination
-from larbinpy.config import ConfigError
+from larbinpy.config import Config, ConfigError
+from larbinpy.frontier.interface import Frontier
+from larbinpy.frontier.seen import BitmapSeenSet
+from larbinpy.frontier.sites import Sites
 from larbinpy.links.urls import site_key
 from larbinpy.records import Job, Site
-
-if TYPE_CHECKING:
-    from larbinpy.crawler import Crawler
+from larbinpy.stages.opener import PageFetch, RobotsFetch
+from larbinpy.stats import Stats
 
 log = logging.getLogger("larbinpy.cluster")
 
@@ -61,51 +70,79 @@ def default_node_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+@dataclass(frozen=True)
+class CrawlHooks:
+    """What a node calls back in its crawl: the stages built on the cluster's seams."""
+
+    sites: Sites  # the site queues: rebalancing empties them, a deferred fetch goes back
+    queued: Callable[[], None]  # jobs reached the local FIFO: wake the sequencer
+    changed: Callable[[], None]  # something finished: re-check whether the crawl is done
+    idle: Callable[[], bool]  # nothing queued, parked or in flight here (`Crawler.idle`)
+    parse_pending: Callable[[], None]  # parse the pages read so far (links on to admission)
+
+
 class Cluster:
     """This node's part of a cluster crawl."""
 
-    def __init__(self, crawler: Crawler) -> None:
-        cfg = self.cfg = crawler.cfg
+    # built by `bind`: they call back into the crawl
+    hooks: CrawlHooks
+    fetched: Fetched
+    termination: Termination
+    ipclock: IpClock | None
+
+    def __init__(self, cfg: Config, seen: BitmapSeenSet, frontier: Frontier,
+                 stats: Stats) -> None:
         assert cfg.cluster is not None
-        self.crawler = crawler
+        self.cfg, self.frontier, self.stats = cfg, frontier, stats
         self.node = cfg.node_id or default_node_id()
         self.link = Link(cfg.cluster, cfg.cluster_name, self.node)
-        self.membership = Membership(self.link)
+        self.membership = Membership(self.link, self.rebalance)
         self._seq = 0  # numbers every step that gives this node work (termination.py)
-        self.admission = Admission(self.link, crawler.seen, crawler.frontier, crawler.stats,
+        self.admission = Admission(self.link, seen, frontier, stats,
                                    self.membership.owner, self.next_seq, self._queued)
-        self.inbox = Inbox(self.link, crawler.frontier, self.next_seq, self._queued)
+        self.inbox = Inbox(self.link, frontier, self.next_seq, self._queued)
         self.outbox = Outbox(self.link, self.beat, self.route)
-        self.fetched = Fetched(self.link, crawler.parser.flush, self.admission.settled)
-        self.termination = Termination(self.link, crawler.idle, self.seq, crawler.changed)
-        self.ipclock = (IpClock(self.link, crawler.sites, cfg.wait_duration, cfg.timeout_total)
-                        if cfg.wait_duration > 0 else None)
-        self.membership.on_change = self.rebalance
         self.tasks: list[asyncio.Task[Any]] = []
         self.closed = False
         self._last_beat = 0.0
-        self._attach()
 
-    def _attach(self) -> None:
-        """Plug into the pipeline (see the module docstring)."""
-        c = self.crawler
-        c.input.admit = self.admission.admit
-        c.sites.forward = self.forward
-        fetch = self._tracked(c.reader.fetch)
-        if self.ipclock is not None:
-            fetch = self.ipclock.wrap_page(fetch)
-            c.robots.fetch = self.ipclock.wrap_robots(c.robots.fetch)  # type: ignore[method-assign]
-        c.reader.fetch = fetch  # type: ignore[method-assign]
+    def bind(self, *, sites: Sites, queued: Callable[[], None], changed: Callable[[], None],
+             idle: Callable[[], bool], parse_pending: Callable[[], None]) -> None:
+        """The crawl's side (`CrawlHooks`), once its stages exist: before `page_fetch`,
+        `robots_fetch` and `start`."""
+        hooks = self.hooks = CrawlHooks(sites, queued, changed, idle, parse_pending)
+        self.fetched = Fetched(self.link, hooks.parse_pending, self.admission.settled)
+        self.termination = Termination(self.link, hooks.idle, self.seq, hooks.changed)
+        cfg = self.cfg
+        self.ipclock = (IpClock(self.link, hooks.sites, cfg.wait_duration, cfg.timeout_total)
+                        if cfg.wait_duration > 0 else None)
 
-    def _tracked(self, fetch: Callable[[Site, Job], Awaitable[None]]
-                 ) -> Callable[[Site, Job], Awaitable[None]]:
-        """The reader's fetch; then the job leaves the pending hash (unless it was requeued)."""
+    # --- the seams (see the module docstring) ---
+
+    def page_fetch(self, fetch: PageFetch) -> PageFetch:
+        """The reader's fetch as a node runs it: under its IP's lease (`waitDuration` > 0),
+        then the job leaves the pending hash (unless it was put back in its queue)."""
         async def fetch_and_forget(site: Site, job: Job) -> None:
             retries = job.retries
             await fetch(site, job)  # cancelled (stopping): it stays pending, survivors fetch it
             if job.retries == retries:  # a 429/503 puts the job back in its queue: still ours
                 self.fetched.add(job.url)
-        return fetch_and_forget
+        if self.ipclock is None:
+            return fetch_and_forget
+        return self.ipclock.wrap_page(fetch_and_forget)
+
+    def robots_fetch(self, fetch: RobotsFetch) -> RobotsFetch:
+        """robots.txt's fetch as a node runs it: under its IP's lease (`waitDuration` > 0)."""
+        return fetch if self.ipclock is None else self.ipclock.wrap_robots(fetch)
+
+    def forward(self, key: str, job: Job) -> bool:
+        """The site table's `Forward`: True when another node owns the job's site (the outbox
+        sends it there)."""
+        owner = self.membership.owner(key)
+        if owner == self.node:
+            return False
+        self.outbox.add(owner, job)
+        return True
 
     # --- the hooks ---
 
@@ -120,16 +157,8 @@ class Cluster:
 
     def _queued(self) -> None:
         """Jobs reached the local FIFO: wake the sequencer, re-check "done"."""
-        self.crawler.input.on_queued()
-        self.crawler.changed()
-
-    def forward(self, key: str, job: Job) -> bool:
-        """Sites' hook: True when another node owns the job's site (the outbox sends it)."""
-        owner = self.membership.owner(key)
-        if owner == self.node:
-            return False
-        self.outbox.add(owner, job)
-        return True
+        self.hooks.queued()
+        self.hooks.changed()
 
     def route(self, job: Job) -> None:
         """A job this node holds: into the local FIFO if it owns the site, else to the owner."""
@@ -137,8 +166,8 @@ class Cluster:
         if owner != self.node:
             self.outbox.add(owner, job)
             return
-        self.crawler.frontier.push([job])
-        self.crawler.frontier.flush()
+        self.frontier.push([job])
+        self.frontier.flush()
         self._queued()
 
     def rebalance(self) -> None:
@@ -147,7 +176,7 @@ class Cluster:
         Jobs still in the local FIFO are handed over as the sequencer pops them (`forward`);
         fetches in flight finish here.
         """
-        sites, moved = self.crawler.sites, 0
+        sites, moved = self.hooks.sites, 0
         for site in list(sites.by_key.values()):
             owner = self.membership.owner(site.key)
             if owner == self.node or not sites.has_work(site):
@@ -261,13 +290,12 @@ class Cluster:
 
     def figures(self) -> dict[str, Any]:
         """This node's figures, as the other nodes see them."""
-        c = self.crawler
-        stats = c.stats
+        stats, sites = self.stats, self.hooks.sites
         return {
             "pages": stats.pages, "bytes": stats.bytes, "urls_seen": stats.urls_seen,
             "success": stats.outcomes["success"], "errors": stats.errors(),
             "pages_per_s": round(stats.rates(10.0)[0], 2),
-            "queued": len(c.frontier) + c.sites.queued, "idle": c.idle(),
+            "queued": len(self.frontier) + sites.queued, "idle": self.hooks.idle(),
             "round_trips": self.link.round_trips, "sent": self.admission.sent,
             "received": self.inbox.received, "forwarded": self.outbox.forwarded,
         }
@@ -290,9 +318,3 @@ class Cluster:
                 "live": list(self.membership.live), "dead": list(self.membership.dead),
                 "totals": totals, "nodes": dict(sorted(nodes.items()))}
 
-
-async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:
-    """Cancel tasks and wait for them to end."""
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)

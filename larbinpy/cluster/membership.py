@@ -125,14 +125,14 @@ def owner_of(site: str, nodes: Sequence[str]) -> str:
 class Membership:
     """This node's view of the cluster: live nodes, site owners, nodes to recover."""
 
-    def __init__(self, link: Link) -> None:
+    def __init__(self, link: Link, on_change: Callable[[], None]) -> None:
         self.link = link
         self.me = link.node
         self.live: list[str] = [self.me]
         self.dead: list[str] = []
         self.done = False  # the `done` flag: the whole crawl is over
         self.stats: dict[str, bytes] = {}  # node -> its figures (JSON), as last read
-        self.on_change: Callable[[], None] = lambda: None
+        self.on_change = on_change  # the live set changed (site owners with it)
         self._owners: dict[str, str] = {}
         self._register = link.script(REGISTER)
         self._heartbeat = link.script(HEARTBEAT)

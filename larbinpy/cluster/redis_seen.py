@@ -2,7 +2,8 @@
 
 In cluster mode the input stage still normalizes and scopes URLs, and tests them against a
 local cache (the node's own `BitmapSeenSet`, with the same bit positions); what the cache has
-not seen goes to `Admission` (`Input.admit`), which batches it and makes one round trip:
+not seen goes to `Admission` (the input stage's `Admission` seam, `stages/input.py`), which
+batches it and makes one round trip:
 
 * one Lua script sets every URL's bits in Redis with SETBIT, which returns the old bit --
   larbin's test-and-set, atomic across nodes: a URL is new for exactly one node;
@@ -107,7 +108,8 @@ class Admission:
         self.sent = 0  # new URLs routed to other nodes
 
     def admit(self, jobs: list[Job], force: bool = False) -> None:
-        """Input's hook: candidate jobs (not in the local cache) wait for the next round trip."""
+        """Input's `Admission`: candidate jobs (not in the local cache) wait for the next round
+        trip."""
         self.buffer.extend((job, force) for job in jobs)
         self.wake.set()
 

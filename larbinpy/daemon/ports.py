@@ -60,8 +60,8 @@ class Submission:
 
 def _int_param(value: Any, name: str, low: int, high: int | None = None) -> int:
     """An integer parameter within bounds, or a 400."""
-    if isinstance(value, str) and re.fullmatch(r"-?\d{1,9}", value.strip()):
-        value = int(value)
+    if isinstance(value, str) and re.fullmatch(r"-?\d{1,9}", value := value.strip()):
+        value = int(value)  # int() strips less than str.strip(): '0\x1f' would raise
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadSubmission(400, f"{name} must be an integer")
     if value < low or (high is not None and value > high):

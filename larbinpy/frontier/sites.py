@@ -8,11 +8,15 @@ Memory is bounded whatever the crawl's size: a site keeps at most `SITE_WINDOW` 
 memory, all sites together at most `MEMORY_JOBS`; the rest of a site's queue waits on disk
 (`diskqueue.SiteSpill`) and is read back as the window drains. Sites with nothing to do are
 forgotten beyond `MAX_IDLE_SITES` (oldest first; a later URL of theirs starts them afresh).
+
+In a cluster, a job may belong to a site another node owns: `enqueue` asks the `Forward` seam
+it was given first (the embedded crawl's `never_forward`, or `cluster.Cluster.forward`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from larbinpy.frontier.diskqueue import SiteSpill
 from larbinpy.links.urls import host_of, site_key
@@ -25,10 +29,28 @@ MAX_IDLE_SITES = 100_000  # idle site records kept (robots rules, politeness clo
 DROP_BATCH = 10_000  # spilled jobs read back at a time when a site's queue is dropped
 
 
+class Forward(Protocol):
+    """Where a job goes instead of its site's queue, when this crawl does not own the site.
+
+    Contract: called by `Sites.enqueue` with the job's site key before the site is looked up;
+    True means the callee took the job (it is then not queued, counted or started here), False
+    that the site is this crawl's and the job is queued as usual. It must not call back into
+    the site table.
+    """
+
+    def __call__(self, key: str, job: Job, /) -> bool: ...
+
+
+def never_forward(key: str, job: Job) -> bool:
+    """The embedded crawl's `Forward`: every site is this crawl's."""
+    return False
+
+
 class Sites:
     """Every site and IP slot of the crawl."""
 
-    def __init__(self, stats: Stats, default_delay: float, spill: SiteSpill) -> None:
+    def __init__(self, stats: Stats, default_delay: float, spill: SiteSpill,
+                 forward: Forward = never_forward) -> None:
         self.stats = stats
         self.default_delay = default_delay  # waitDuration; robots.txt may raise it per site
         self.spill = spill
@@ -37,15 +59,22 @@ class Sites:
         self.queued = 0  # jobs in all site queues, in memory and spilled
         self.in_memory = 0  # jobs in the in-memory windows
         self.idle: dict[str, None] = {}  # sites with nothing to do, oldest first
+        self.forward = forward
+        # the stages downstream (DNS, the opener) need this table first: see `connect`
         self.on_new_site: Callable[[Site], None] = lambda site: None
         self.on_job: Callable[[Site], None] = lambda site: None
-        # cluster: True when another node owns the job's site (and the job was sent there)
-        self.forward: Callable[[str, Job], bool] | None = None
+
+    def connect(self, on_new_site: Callable[[Site], None],
+                on_job: Callable[[Site], None]) -> None:
+        """Bind the stages downstream, once they exist: a new site goes to DNS (`on_new_site`),
+        a job for a known site to the opener (`on_job`)."""
+        self.on_new_site, self.on_job = on_new_site, on_job
 
     def enqueue(self, job: Job, now: float) -> None:
-        """Put a job on its site's queue, creating the site (and asking DNS) when new."""
+        """Put a job on its site's queue, creating the site (and asking DNS) when new; unless
+        the `Forward` seam takes it (a site another cluster node owns)."""
         key = site_key(job.url)
-        if self.forward is not None and self.forward(key, job):
+        if self.forward(key, job):
             return
         site = self.by_key.get(key)
         if site is None:

@@ -5,14 +5,18 @@ opener obeys) is pushed to `Retry-After` (seconds or an HTTP date, capped by `ma
 or, without one, to an exponential back-off: max(the site's delay, BACKOFF_MIN) * 2^(n-1) for
 the n-th such answer in a row, also capped. Any other answer resets n. Other sites keep
 their speed.
+
+For a page (`BackOff`, the reader's), the job goes back to its site's queue, at most
+`maxRetries` times (each counted as backedOff); the last answer is then counted by its status.
 """
 
 from __future__ import annotations
 
 import email.utils
 import time
+from collections.abc import Callable
 
-from larbinpy.records import Site
+from larbinpy.records import Job, Site
 
 BACKOFF_MIN = 0.5  # seconds: the first back-off of a site crawled with waitDuration 0
 BACK_OFF_STATUSES = frozenset({429, 503})
@@ -45,3 +49,28 @@ def back_off(site: Site, header: str | None, cap: float, now: float) -> float:
         pause = min(max(site.delay, BACKOFF_MIN) * 2 ** min(site.backoffs - 1, 30), cap)
     site.ready_at = max(site.ready_at, now + pause)
     return pause
+
+
+class BackOff:
+    """The reader's answer to a 429/503: the site pauses, the job goes back to its queue."""
+
+    def __init__(self, max_retries: int, max_retry_after: float,
+                 enqueue: Callable[[Job, float], None]) -> None:
+        self.max_retries, self.cap = max_retries, max_retry_after
+        self.enqueue = enqueue  # `Sites.enqueue`: the job waits on its site's queue again
+
+    def retry(self, site: Site, job: Job, header: str | None, now: float) -> bool:
+        """After a 429/503 (`header`: its Retry-After): pause the site; True when the job went
+        back to its site's queue, False when its retries are spent."""
+        back_off(site, header, self.cap, now)
+        if job.retries >= self.max_retries:
+            return False
+        job.retries += 1
+        self.enqueue(job, now)
+        return True
+
+    @staticmethod
+    def answered(site: Site) -> None:
+        """Any other answer: the site answers normally again, the next back-off starts over."""
+        if site.backoffs:
+            site.backoffs = 0

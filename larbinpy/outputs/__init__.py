@@ -9,8 +9,11 @@ SPECIFICSEARCH: output only these) and calls the `userOutput` hook (`hook.py`).
 Failures never stop the crawl. A write refused by the storage (disk full, saveDir not
 writable) keeps the page in a backlog, pauses the crawl (`ready` turns false, `wait_ready()`
 blocks fetching) and retries every `retry_interval` seconds until it succeeds; any other
-failure is logged and counted. Archival outputs (class attribute `archival = True`) get every
+failure is logged and counted. Archival outputs (`Archive`, e.g. `warc.py`) get every
 exchange, any status, plus robots.txt fetches and noDup duplicates; the others only 2xx pages.
+
+`page_from_response` is the one place a response becomes a `Page` (the reader's pages, and the
+robots.txt exchanges the robots stage hands to the archives).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import importlib
 import logging
 import time
 from collections import deque
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 from larbinpy.config import Config
 from larbinpy.links.scope import url_extension
@@ -30,7 +34,8 @@ from larbinpy.outputs.hook import Hook, PageView, load_hook
 from larbinpy.records import Job, Page
 from larbinpy.stats import Stats
 
-__all__ = ["Output", "Outputs", "PageView", "load_hook", "make_output", "page_from_response"]
+__all__ = ["Archive", "Output", "Outputs", "PageView", "load_hook", "make_output",
+           "page_from_response"]
 
 log = logging.getLogger("larbinpy.outputs")
 
@@ -38,11 +43,7 @@ RETRY_INTERVAL = 5.0  # seconds between two attempts to write a backlog while pa
 
 
 class Output(Protocol):
-    """One destination for fetched pages.
-
-    Optional: `archival = True` (wants every exchange with `raw_body`), and the methods
-    `record_robots(page)` / `record_duplicate(page)` for robots.txt fetches and noDup duplicates.
-    """
+    """One destination for fetched pages (2xx ones, unless it is an `Archive`)."""
 
     def write(self, page: Page) -> None:
         """Store one response; raise OSError when the storage refuses it."""
@@ -55,6 +56,25 @@ class Output(Protocol):
     def close(self) -> None:
         """Flush and release files."""
         ...
+
+
+@runtime_checkable
+class Archive(Output, Protocol):
+    """An archival output: every exchange (any status, with `raw_body` and the request's
+    headers), plus the exchanges that are not pages of the crawl."""
+
+    def record_robots(self, page: Page) -> None:
+        """A robots.txt exchange (or a sitemap's), whatever the filters say; raise OSError when
+        the storage refuses it."""
+        ...
+
+    def record_duplicate(self, page: Page) -> None:
+        """A page noDup found with a body already seen (a revisit); raise OSError when the
+        storage refuses it."""
+        ...
+
+
+Step = Callable[[Page], None]  # one output's method for one page (`write`, `record_*`)
 
 
 def make_output(name: str, cfg: Config) -> Output:
@@ -70,15 +90,23 @@ def make_output(name: str, cfg: Config) -> Output:
     return module.make(cfg)
 
 
-def page_from_response(job: Job, resp: Any, body: Body, ip: str, started: float) -> Page:
-    """One aiohttp exchange as a Page (robots.txt fetches use it to reach the archives)."""
+def page_from_response(job: Job, resp: Any, body: Body, started: float, ip: str = "") -> Page:
+    """One exchange (an aiohttp or `http1` response, its body read into `body`) as a Page.
+
+    `started`: `time.monotonic()` when the request was sent; `ip`: the address to name when
+    the connection does not say which one answered. The request's headers go with the raw
+    body (`body.raw`, kept only when an archive wants the exchange as sent and received).
+    """
+    transport = resp.connection.transport if resp.connection else None
+    peer = transport.get_extra_info("peername") if transport else None
     version = resp.version
     return Page(
         job=job, url=job.url, status=resp.status, headers=resp.headers, body=body.data,
-        content_type=resp.content_type, ip=ip, fetched_at=time.time(),
+        content_type=resp.content_type, ip=peer[0] if peer else ip, fetched_at=time.time(),
         elapsed=time.monotonic() - started, raw_body=body.raw, raw_headers=resp.raw_headers,
         http_version=f"HTTP/{version.major}.{version.minor}" if version else "HTTP/1.1",
-        reason=resp.reason or "", request_headers=resp.request_info.headers,
+        reason=resp.reason or "",
+        request_headers=resp.request_info.headers if body.raw is not None else None,
     )
 
 
@@ -98,10 +126,11 @@ class Outputs:
         )
         self.extensions = frozenset(cfg.specific_search)
         self.types = frozenset(cfg.content_types)
-        # archival outputs want every exchange as received, raw body included
-        self.keep_raw = any(getattr(o, "archival", False) for o in self.outputs)
-        # per output, (method, page) not written yet because its storage refused them
-        self.backlogs: list[deque[tuple[str, Page]]] = [deque() for _ in self.outputs]
+        # (index, output) of the archival ones: every exchange as received, raw body included
+        self.archives = [(i, o) for i, o in enumerate(self.outputs) if isinstance(o, Archive)]
+        self.keep_raw = bool(self.archives)
+        # per output, (its method, page) not done yet because its storage refused them
+        self.backlogs: list[deque[tuple[Step, Page]]] = [deque() for _ in self.outputs]
         self.paused_reason: str | None = None
         self.retry_interval = RETRY_INTERVAL
         self.errors = 0  # failures that dropped a page from one output (logged)
@@ -124,41 +153,39 @@ class Outputs:
         if not self.wanted(page):
             return
         ok = 200 <= page.status < 300
-        for i, out in enumerate(self.outputs):
-            if ok or getattr(out, "archival", False):
-                self._deliver(i, "write", page)
+        targets = enumerate(self.outputs) if ok else self.archives  # archives: any status
+        for i, out in targets:
+            self._deliver(i, out.write, page)
         if ok and self.hook is not None:
             self.hook.call(page)
         self._update()
 
     def record_robots(self, page: Page) -> None:
         """A robots.txt exchange: to the archival outputs only, whatever the filters say."""
-        self._to_archives("record_robots", page)
+        for i, archive in self.archives:
+            self._deliver(i, archive.record_robots, page)
+        self._update()
 
     def record_duplicate(self, page: Page) -> None:
         """A page noDup found with a body already seen: archival outputs record a revisit."""
         if self.wanted(page):
-            self._to_archives("record_duplicate", page)
+            for i, archive in self.archives:
+                self._deliver(i, archive.record_duplicate, page)
+            self._update()
 
-    def _to_archives(self, method: str, page: Page) -> None:
-        """Call `method` on the outputs that have it."""
-        for i, out in enumerate(self.outputs):
-            if hasattr(out, method):
-                self._deliver(i, method, page)
-        self._update()
-
-    def _deliver(self, i: int, method: str, page: Page) -> None:
-        """One page to one output, behind its backlog (order is kept)."""
+    def _deliver(self, i: int, step: Step, page: Page) -> None:
+        """One page to output `i` (`step` is one of its methods), behind its backlog (order is
+        kept)."""
         if self.backlogs[i]:
-            self.backlogs[i].append((method, page))
+            self.backlogs[i].append((step, page))
             return
         try:
-            getattr(self.outputs[i], method)(page)
+            step(page)
         except Exception as exc:  # noqa: BLE001 - an output failure must never kill the crawl
             if not is_storage_error(exc):
                 self._dropped(i, page, exc)
                 return
-            self.backlogs[i].append((method, page))
+            self.backlogs[i].append((step, page))
             self._pause(i, exc)
 
     def _dropped(self, i: int, page: Page, exc: BaseException) -> None:
@@ -197,9 +224,9 @@ class Outputs:
         """Write the backlogs in order; True (and fetching resumes) when all are written."""
         for i, backlog in enumerate(self.backlogs):
             while backlog:
-                method, page = backlog[0]
+                step, page = backlog[0]
                 try:
-                    getattr(self.outputs[i], method)(page)
+                    step(page)
                 except Exception as exc:  # noqa: BLE001
                     if is_storage_error(exc):
                         self._pause(i, exc)

@@ -47,6 +47,7 @@ except ImportError:  # pragma: no cover - a dependency; the standard zlib writes
 
 from larbinpy import __version__
 from larbinpy.config import Config, describe
+from larbinpy.outputs import Archive
 from larbinpy.outputs.files import AppendFile
 from larbinpy.records import Page
 
@@ -166,11 +167,10 @@ def payload_digest(payload: bytes) -> str:
     return str(digester)
 
 
-class WarcOutput:
+class WarcOutput(Archive):
     """Rotating gzip WARC/1.1 files of every exchange."""
 
     name = "warc"
-    archival = True
 
     def __init__(self, save_dir: str, prefix: str = "larbinpy", max_size: int = 1 << 30,
                  info: dict[str, str] | None = None) -> None:
@@ -188,7 +188,7 @@ class WarcOutput:
         # payload digest -> (uri, date, record id) of 2xx responses archived, for revisits
         self.archived: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
 
-    # --- the Output interface ---
+    # --- the Archive interface ---
 
     def write(self, page: Page) -> None:
         """A request + response pair for one exchange (any status)."""

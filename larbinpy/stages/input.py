@@ -5,12 +5,16 @@ on the priority FIFOs. Links of a page come in as one batch, so de-duplication, 
 the seen-set cost one pass per page, not one trip through a queue per link. Submitted URLs may
 carry a tag (larbin's URL_TAGS), which a redirect passes on to its target. Sitemaps (listed
 in robots.txt, or by a sitemap index) and the URLs they list come in here too, like links.
+
+Where the new jobs go is the `Admission` seam the stage is given: `LocalAdmission` (the local
+FIFO and seen-set) in the embedded crawl, `cluster.redis_seen.Admission` in a cluster.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from larbinpy.config import Config
 from larbinpy.frontier.interface import Frontier
@@ -37,6 +41,42 @@ class Submission:
     rejected: list[tuple[str, str]]  # (url as given, reason)
 
 
+class Admission(Protocol):
+    """Where the input stage's new jobs go: normalized, in scope, missing from the local
+    seen-set.
+
+    Contract: `admit` takes the jobs over (the caller keeps no reference). Each job is queued
+    durably before its URL is marked seen (after a crash a URL may be queued twice, never
+    marked seen and queued nowhere); a URL that turns out to be seen after all is counted
+    urlDup, each new one in `Stats.urls_seen`, and the sequencer is woken once jobs reach the
+    local FIFO. `force`: the caller skipped the seen test on purpose (a forced submission), so
+    the jobs are admitted even if marked seen. It may admit later (a cluster batches round
+    trips), but must then report the jobs as work in progress to "is the crawl done?".
+    """
+
+    def admit(self, jobs: list[Job], force: bool = False) -> None: ...
+
+
+class LocalAdmission:
+    """The embedded crawl's `Admission`: the local FIFO, then the local seen-set."""
+
+    def __init__(self, frontier: Frontier, seen: SeenSet, stats: Stats,
+                 on_queued: Callable[[], None]) -> None:
+        self.frontier, self.seen, self.stats = frontier, seen, stats
+        self.on_queued = on_queued  # wakes the sequencer
+
+    def admit(self, jobs: list[Job], force: bool = False) -> None:
+        """Enqueue durably, then mark seen, in that order (see why below)."""
+        # On the FIFO files before marking seen: after a crash a URL may be queued and not in
+        # the bitmap (fetched twice at worst), never in the bitmap and nowhere else (lost).
+        # `force` needs nothing here: the only seen test was the caller's.
+        self.frontier.push(jobs)
+        self.frontier.flush()
+        self.seen.add(j.url for j in jobs)
+        self.stats.urls_seen += len(jobs)
+        self.on_queued()
+
+
 class Input:
     """Normalize, scope and de-duplicate URLs, then queue the new ones as jobs."""
 
@@ -47,16 +87,17 @@ class Input:
         seen: SeenSet,
         frontier: Frontier,
         stats: Stats,
+        admission: Admission,
+        on_queued: Callable[[], None],
     ) -> None:
         self.cfg = cfg
         self.normalizer = normalizer
         self.scope = Scope(cfg)
         self.seen = seen
-        self.frontier = frontier
+        self.frontier = frontier  # jobs restored from a checkpoint go straight back on it
         self.stats = stats
-        self.on_queued: Callable[[], None] = lambda: None
-        # cluster: the seen test and the queueing are one Redis round trip (cluster/redis_seen)
-        self.admit: Callable[[list[Job], bool], None] | None = None
+        self.admission = admission  # where new jobs go (the local FIFO, or a cluster's Redis)
+        self.on_queued = on_queued  # wakes the sequencer after a restore
 
     def submit(
         self, urls: Iterable[str | tuple[str, int]], priority: int = 0, depth: int | None = None,
@@ -168,16 +209,6 @@ class Input:
         self.on_queued()
 
     def _queue(self, jobs: list[Job], force: bool = False) -> None:
-        """Enqueue durably, then mark seen, in that order (see why below)."""
-        if not jobs:
-            return
-        if self.admit is not None:  # cluster: SETBIT is test-and-set, atomic with queueing
-            self.admit(jobs, force)
-            return
-        # On the FIFO files before marking seen: after a crash a URL may be queued and not in
-        # the bitmap (fetched twice at worst), never in the bitmap and nowhere else (lost).
-        self.frontier.push(jobs)
-        self.frontier.flush()
-        self.seen.add(j.url for j in jobs)
-        self.stats.urls_seen += len(jobs)
-        self.on_queued()
+        """New jobs to the admission seam (queued durably, then marked seen)."""
+        if jobs:
+            self.admission.admit(jobs, force)

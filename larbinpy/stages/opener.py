@@ -6,13 +6,18 @@ than `connectionsPerHost` fetches running, and both its own clock and its IP's c
 (`waitDuration`, or a larger robots.txt Crawl-delay, since the end of the last fetch).
 A site that must wait is parked on a timer (`loop.call_at`) or on its IP's waiting list;
 nothing polls, and no worker holds a slot while a site waits.
+
+The fetches themselves are seams the opener is given (`PageFetch`, `RobotsFetch`): the
+reader's and the robots stage's `fetch` in the embedded crawl; in a cluster, the same wrapped
+by `cluster.Cluster` (the IP lease across nodes, the pending hash in Redis).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from larbinpy.config import Config
 from larbinpy.frontier.sites import Sites
@@ -24,15 +29,43 @@ log = logging.getLogger("larbinpy.opener")
 REFUSALS_PER_TURN = 1000  # refused jobs counted in one turn, so one site cannot stall the loop
 
 
+class PageFetch(Protocol):
+    """Fetch one job of a site (`Reader.fetch`, or a wrapping of it).
+
+    Contract: the opener has taken the job off the site's queue and counted a fetch in flight
+    on the site and its IP; when the call returns it restarts both politeness clocks. The
+    callee counts exactly one outcome (a 429/503 that sends the job back to its queue counts
+    backedOff), or puts the job back at the head of its site's queue and counts nothing (an
+    IP another cluster node holds). It may be cancelled when the crawl stops; the job is then
+    saved by the checkpoint.
+    """
+
+    def __call__(self, site: Site, job: Job, /) -> Awaitable[None]: ...
+
+
+class RobotsFetch(Protocol):
+    """Fetch a site's robots.txt and apply it, or plan its retry (`Robots.fetch`, or a wrapping
+    of it).
+
+    Contract: as `PageFetch`, for the site's robots.txt. When it returns, the rules are known
+    (`Robots.needs_fetch` is False until they expire), or the site is dead or has no jobs
+    left, or the site's or its IP's clock was moved to when to try again (else the opener
+    would fetch it again at once).
+    """
+
+    def __call__(self, site: Site, /) -> Awaitable[None]: ...
+
+
 class Opener:
     """Ready queue, politeness clocks and the fetch workers."""
 
     def __init__(
         self, cfg: Config, sites: Sites, robots: Robots, reader: Reader,
-        on_fetch_done: Callable[[], None],
+        on_fetch_done: Callable[[], None], *, fetch_page: PageFetch, fetch_robots: RobotsFetch,
     ) -> None:
         self.cfg, self.sites, self.robots, self.reader = cfg, sites, robots, reader
         self.on_fetch_done = on_fetch_done
+        self.fetch_page, self.fetch_robots = fetch_page, fetch_robots
         self.per_host = cfg.connections_per_host
         self.ip_gap = cfg.wait_duration
         self.ready: asyncio.Queue[Site] = asyncio.Queue()
@@ -137,9 +170,9 @@ class Opener:
         self.consider(site)  # another connection may start on it right away
         try:
             if job is None:
-                await self.robots.fetch(site)
+                await self.fetch_robots(site)
             else:
-                await self.reader.fetch(site, job)
+                await self.fetch_page(site, job)
             if job is not None:
                 del self.active[id(job)]
         except Exception:

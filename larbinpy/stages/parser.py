@@ -29,7 +29,7 @@ from larbinpy.config import Config
 from larbinpy.links.extract import extract_links
 from larbinpy.links.urls import Normalizer
 from larbinpy.net.body import html_for_links
-from larbinpy.outputs import Outputs
+from larbinpy.outputs import Outputs, Step
 from larbinpy.records import Page
 from larbinpy.stages.input import Input
 from larbinpy.stats import Stats
@@ -38,7 +38,6 @@ log = logging.getLogger("larbinpy.parser")
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 MAX_PAGES = 1024  # pages held for the end of the turn, at most (a turn rarely reaches 64)
-_PARSE = "parse"  # a page to parse, as opposed to an Outputs method name
 
 
 class Parser:
@@ -53,8 +52,8 @@ class Parser:
         self.follow_images = cfg.follow_images
         self.max_links = cfg.max_links_per_page
         self.on_parsed = on_parsed  # the crawl re-checks whether it is done
-        # (what to do, page): _PARSE, or the name of an Outputs method
-        self.batch: list[tuple[str, Page]] = []
+        # (page, the Outputs method it goes to; None: a page to parse, then `Outputs.write`)
+        self.batch: list[tuple[Page, Step | None]] = []
         self._due = False  # a flush() is scheduled for the end of this turn
 
     @property
@@ -65,17 +64,18 @@ class Parser:
     def take(self, page: Page) -> None:
         """A 2xx page the reader read: parsed at the end of this turn (at once without a loop
         or when the batch is full)."""
-        self._hold(_PARSE, page)
+        self._hold(page, None)
 
-    def pass_on(self, method: str, page: Page) -> None:
-        """An exchange only for the outputs (`write` for an archived error page,
-        `record_duplicate`, `record_robots`): kept in line with the turn's pages, so that an
-        archive sees a revisit after the page it repeats and exchanges in the order read."""
-        self._hold(method, page)
+    def pass_on(self, step: Step, page: Page) -> None:
+        """An exchange only for the outputs, `step` one of `Outputs`' methods (`write` for an
+        archived error page, `record_duplicate`, `record_robots`): kept in line with the turn's
+        pages, so that an archive sees a revisit after the page it repeats and exchanges in the
+        order read."""
+        self._hold(page, step)
 
-    def _hold(self, method: str, page: Page) -> None:
+    def _hold(self, page: Page, step: Step | None) -> None:
         """Keep it for the end of this turn."""
-        self.batch.append((method, page))
+        self.batch.append((page, step))
         if self._due:
             if len(self.batch) >= MAX_PAGES:
                 self.flush()
@@ -95,13 +95,14 @@ class Parser:
         if not self.batch:
             return
         batch, self.batch = self.batch, []
-        for method, page in batch:
-            if method == _PARSE:
+        for page, step in batch:
+            if step is None:
                 _guarded(self._parse, page)
         # The outputs after all the parsing, not page by page: the turn's files are created
         # back to back (7 µs a file on tmpfs) instead of between pages of crawling (17 µs).
-        for method, page in batch:
-            _guarded(getattr(self.outputs, "write" if method == _PARSE else method), page)
+        write = self.outputs.write
+        for page, step in batch:
+            _guarded(step or write, page)
         self.on_parsed()
 
     def _parse(self, page: Page) -> None:
@@ -121,7 +122,7 @@ class Parser:
         self.input.add_links(job, job.url, page.links)  # may raise (stateDir full)
 
 
-def _guarded(step: Callable[[Page], None], page: Page) -> None:
+def _guarded(step: Step, page: Page) -> None:
     """One step for one page; a failure (e.g. stateDir full) is logged, the turn goes on."""
     try:
         step(page)

@@ -1,16 +1,20 @@
 """Stage 6, larbin's checkAll: read a response, decide its outcome, pass the page on.
 
-The opener calls `fetch(site, job)` for one job. The reader sends the request, reads the
-body under `maxPageSize` (after decompression) and the bandwidth limiter, counts exactly one
-outcome and hands 2xx pages to the parser stage (`parser.py`: links to input, page to the
-outputs); a redirect's target goes back to input, one hop further (with the job's tag and
-kind).
+The opener calls `fetch(site, job)` for one job. The reader sends the request (over
+`http1.py` for plain http:// without a proxy, else aiohttp), reads the body under
+`maxPageSize` (after decompression) and the bandwidth limiter, counts exactly one outcome and
+routes the response (`_response`):
 
-Also here: a 429 or 503 pauses the whole site (`backoff.py`) and sends the job back to its
-site's queue, at most `maxRetries` times (each counted as backedOff; the last answer is then
-counted by its status); a sitemap job's body is parsed for URLs (`sitemaps.py`) instead of
-links and output only to archives; with `cookies`, the site's cookies go with each request
-and its `Set-Cookie` answers are kept (`cookies.py`).
+* 429/503: the site pauses and the job goes back to its queue, a bounded number of times
+  (`net/backoff.BackOff`);
+* 2xx: a page of a wanted type goes to the parser stage (`parser.py`: links to input, page to
+  the outputs), unless `noDup` has seen its body; a sitemap job's body goes to
+  `stages/sitemaps.py` instead (its URLs to input);
+* 3xx: the target goes back to input, one hop further (with the job's tag and kind);
+* with an archival output (WARC), every exchange that is not a page goes to the archives too.
+
+With `cookies`, the site's cookies go with each request and its `Set-Cookie` answers are kept
+(`cookies.py`).
 """
 
 from __future__ import annotations
@@ -30,20 +34,19 @@ from larbinpy.frontier.seen import SeenSet
 from larbinpy.frontier.sites import Sites
 from larbinpy.links.scope import url_extension
 from larbinpy.links.sitemaps import MAX_BYTES as SITEMAP_MAX_BYTES
-from larbinpy.links.sitemaps import SitemapError
-from larbinpy.links.sitemaps import parse as parse_sitemap
 from larbinpy.links.urls import Normalizer
-from larbinpy.net.backoff import BACK_OFF_STATUSES, back_off
+from larbinpy.net.backoff import BACK_OFF_STATUSES, BackOff
 from larbinpy.net.body import BodyError, read_body
 from larbinpy.net.cookies import CookieJar
 from larbinpy.net.http1 import FetchError, Http1Client, Response, split_http_url
 from larbinpy.net.policy import DeniedNetworkError
-from larbinpy.outputs import Outputs
+from larbinpy.outputs import Outputs, page_from_response
 from larbinpy.records import Job, JobKind, Page, Site
 from larbinpy.stages.bandwidth import BandwidthLimiter
 from larbinpy.stages.input import Input
 from larbinpy.stages.parser import HTML_TYPES, Parser
 from larbinpy.stages.robots import Robots
+from larbinpy.stages.sitemaps import take_sitemap
 from larbinpy.stats import Outcome, Stats
 
 Answer = aiohttp.ClientResponse | Response  # both read alike (see http1.py)
@@ -65,8 +68,8 @@ class Reader:
         contents: SeenSet | None,
         *,
         parser: Parser,
-        keep_raw: bool = False,
-        sites: Sites | None = None,
+        keep_raw: bool,
+        sites: Sites,
     ) -> None:
         self.cfg, self.stats, self.normalizer = cfg, stats, normalizer
         self.robots, self.input = robots, input_stage
@@ -77,7 +80,7 @@ class Reader:
         self.session: aiohttp.ClientSession | None = None
         self.http1: Http1Client | None = None  # plain http:// without a proxy (http1.py)
         # a job a site asked us to retry (429/503) goes back to its site's queue
-        self.sites = sites if sites is not None else robots.sites
+        self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites.enqueue)
         self.cookies = CookieJar() if cfg.cookies else None
         self.parser = parser  # 2xx pages go on to it (links, outputs)
 
@@ -132,65 +135,49 @@ class Reader:
         return await self._response(site, job, resp, start)
 
     async def _response(self, site: Site, job: Job, resp: Answer, start: float) -> Outcome:
-        """Route a response by status and type: the outcome kind."""
+        """Route one response by status: the outcome kind."""
         self.stats.pages += 1
         status = resp.status
-        if status in BACK_OFF_STATUSES:
-            kind = self._back_off(site, job, resp)
-            if self.keep_raw:
-                self.parser.pass_on("write", await self._page(site, job, resp, start))
-            if kind:
-                return kind
-        elif site.backoffs:
-            site.backoffs = 0  # the site answers normally again
-        if job.kind == JobKind.SITEMAP and 200 <= status < 300:
-            return await self._sitemap(site, job, resp, start)
-        if not 200 <= status < 300:
-            if 300 <= status < 400:
-                kind = self._redirect(job, status, resp.headers.get("Location"))
-            else:
-                kind = (Outcome.err50X if status >= 500 else Outcome.err40X if status >= 400
-                        else Outcome.badType)
-            if self.keep_raw and status not in BACK_OFF_STATUSES:  # archives want every exchange
-                self.parser.pass_on("write", await self._page(site, job, resp, start))
-            return kind
+        if status not in BACK_OFF_STATUSES:
+            self.backoff.answered(site)
+        elif self.backoff.retry(site, job, resp.headers.get("Retry-After"),
+                                asyncio.get_running_loop().time()):
+            return await self._archived(site, job, resp, start, Outcome.backedOff)
+        # (a 429/503 whose retries are spent is counted by its status)
+        if 200 <= status < 300:
+            return await self._ok(site, job, resp, start)
+        if 300 <= status < 400:
+            kind = self._redirect(job, status, resp.headers.get("Location"))
+        else:
+            kind = (Outcome.err50X if status >= 500 else Outcome.err40X if status >= 400
+                    else Outcome.badType)
+        return await self._archived(site, job, resp, start, kind)
+
+    async def _ok(self, site: Site, job: Job, resp: Answer, start: float) -> Outcome:
+        """A 2xx: a sitemap's URLs to input; a page of a wanted type to the parser, unless
+        noDup has seen its body."""
+        if job.kind == JobKind.SITEMAP:
+            page = await self._page(site, job, resp, start, SITEMAP_MAX_BYTES, truncate=True)
+            if self.keep_raw:  # archived like robots.txt, not as a page of the crawl
+                self.parser.pass_on(self.outputs.record_robots, page)
+            return take_sitemap(job, page.body, self.input, self.stats)
         if not self._wanted_type(resp.content_type, job.url):
             return Outcome.badType
         page = await self._page(site, job, resp, start)
         if self.contents is not None and self._seen_body(page.body):
-            self.parser.pass_on("record_duplicate", page)  # archives record a revisit
+            self.parser.pass_on(self.outputs.record_duplicate, page)  # archives: a revisit
             return Outcome.duplicate
         self.parser.take(page)  # links, outputs, input
         return Outcome.success
 
-    def _back_off(self, site: Site, job: Job, resp: Answer) -> Outcome | None:
-        """A 429/503: pause the site; Outcome.backedOff if the job goes back to its queue, None when
-        its retries are spent (the answer is then counted by its status)."""
-        now = asyncio.get_running_loop().time()
-        back_off(site, resp.headers.get("Retry-After"), self.cfg.max_retry_after, now)
-        if job.retries >= self.cfg.max_retries:
-            return None
-        job.retries += 1
-        self.sites.enqueue(job, now)
-        return Outcome.backedOff
-
-    async def _sitemap(
-        self, site: Site, job: Job, resp: Answer, start: float
+    async def _archived(
+        self, site: Site, job: Job, resp: Answer, start: float, kind: Outcome
     ) -> Outcome:
-        """A sitemap: its sitemaps or page URLs go to input; only archives keep the file."""
-        page = await self._page(site, job, resp, start, SITEMAP_MAX_BYTES, truncate=True)
+        """An answer that is not a page of the crawl: `kind`, after handing the exchange to
+        the archives (when there are any: they want every exchange)."""
         if self.keep_raw:
-            self.parser.pass_on("record_robots", page)  # archived like robots.txt, not a page
-        try:
-            found = parse_sitemap(page.body)
-        except SitemapError:
-            return Outcome.badEncoding
-        self.stats.count(Outcome.outOfScope, found.dropped)  # over the protocol's limits
-        if found.is_index:
-            self.input.add_sitemaps(job.url, found.urls, job.depth - 1)
-        else:
-            self.input.add_sitemap_urls(job.url, found.urls)
-        return Outcome.success
+            self.parser.pass_on(self.outputs.write, await self._page(site, job, resp, start))
+        return kind
 
     async def _page(
         self, site: Site, job: Job, resp: Answer, start: float,
@@ -202,18 +189,7 @@ class Reader:
             min_rate=self.cfg.min_rate, truncate=truncate,
         )
         self.stats.bytes += body.wire_bytes
-        peer = resp.connection.transport.get_extra_info("peername") if resp.connection else None
-        version = resp.version
-        return Page(
-            job=job, url=job.url, status=resp.status, headers=resp.headers, body=body.data,
-            content_type=resp.content_type,
-            ip=peer[0] if peer else (site.ip.addr if site.ip else ""),
-            fetched_at=time.time(), elapsed=time.monotonic() - start,
-            raw_body=body.raw, raw_headers=resp.raw_headers,
-            http_version=f"HTTP/{version.major}.{version.minor}" if version else "HTTP/1.1",
-            reason=resp.reason or "",
-            request_headers=resp.request_info.headers if self.keep_raw else None,  # for WARC
-        )
+        return page_from_response(job, resp, body, start, site.ip.addr if site.ip else "")
 
     def _redirect(self, job: Job, status: int, location: str | None) -> Outcome:
         """A 3xx: its target goes back to input as a new job, one hop further.

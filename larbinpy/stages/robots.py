@@ -120,7 +120,9 @@ class Robots:
     """Fetches, parses and applies robots.txt per site."""
 
     def __init__(
-        self, cfg: Config, stats: Stats, sites: Sites, policy: NetworkPolicy | None = None
+        self, cfg: Config, stats: Stats, sites: Sites, policy: NetworkPolicy, *,
+        record: Callable[[Page], None] | None = None,
+        on_sitemaps: Callable[[str, list[str], int], None] | None = None,
     ) -> None:
         self.cfg, self.stats, self.sites = cfg, stats, sites
         self.session: aiohttp.ClientSession | None = None
@@ -130,11 +132,11 @@ class Robots:
         self.agent = product_token(cfg.user_agent)
         self.shared = SharedRules()
         # host names are checked by the crawl's resolver; IP literals must be checked here
-        self.policy = policy or NetworkPolicy(cfg.allow_networks)
-        # set when an archival output (WARC) wants robots.txt exchanges recorded too
-        self.record: Callable[[Page], None] | None = None
-        # set by the reader: where `Sitemap:` lines go (base URL, sitemap URLs, nesting)
-        self.on_sitemaps: Callable[[str, list[str], int], None] | None = None
+        self.policy = policy
+        # given when an archival output (WARC) wants robots.txt exchanges recorded too
+        self.record = record
+        # with `sitemaps on`: where `Sitemap:` lines go (base URL, sitemap URLs, nesting)
+        self.on_sitemaps = on_sitemaps
 
     def needs_fetch(self, site: Site, now: float) -> bool:
         """Must robots.txt be (re)fetched before the next page of this site?"""
@@ -188,8 +190,7 @@ class Robots:
             body = None
             if self.record is not None:  # archives want every exchange, whatever its status
                 body = await read_body(resp, MAX_ROBOTS_BYTES, truncate=True, keep_raw=True)
-                self.record(page_from_response(Job(str(target), 0), resp, body, _peer(resp),
-                                               started))
+                self.record(page_from_response(Job(str(target), 0), resp, body, started))
             if resp.status in REDIRECTS:
                 location = resp.headers.get("Location", "")
                 nxt = target.join(URL(location)) if location else None
@@ -234,9 +235,3 @@ class Robots:
         site.dead_until = now + NEGATIVE_TTL
         self.sites.drop(site, Outcome.tlsError)
 
-
-def _peer(resp: aiohttp.ClientResponse) -> str:
-    """The IP address a response came from ('' if unknown)."""
-    transport = resp.connection.transport if resp.connection else None
-    peer = transport.get_extra_info("peername") if transport else None
-    return peer[0] if peer else ""
