@@ -34,7 +34,7 @@ test-slow: $(VENV)/.installed-test
 bench: $(VENV)/.installed-bench
 	$(VENV)/bin/larbinpy bench
 
-## bench-small: issue 9's web, 50 hosts x 80 pages of 10 kB with 20 links each; five crawl/floor pairs, the median shown
+## bench-small: 50 hosts x 80 pages of 10 kB with 20 links each; five crawl/floor pairs, the median shown
 bench-small: $(VENV)/.installed-bench
 	$(VENV)/bin/larbinpy bench --hosts 50 --pages 80 --page-bytes 10000 --links 20 --repeat 5
 

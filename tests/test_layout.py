@@ -42,14 +42,6 @@ LAYERS: list[tuple[str, ...]] = [
 # importing it lazily keeps the dev tooling out of every other command's start-up.
 LAZY_UPWARD = {("cli", "bench")}
 
-# Being removed on other branches (issue 23): the cluster's TYPE_CHECKING import of the crawler,
-# and bench.measure's circles with cli and with bench.cluster. The imports between each pair
-# are excused in both directions. The lead removes this list once those branches are merged.
-KNOWN_UNTIL_MERGE = {
-    frozenset({"larbinpy.cli", "larbinpy.bench.measure"}),
-    frozenset({"larbinpy.bench.measure", "larbinpy.bench.cluster"}),
-}
-
 
 @dataclass(frozen=True)
 class Import:
@@ -145,11 +137,6 @@ def layer_of(name: str) -> int:
     return next((i for i, layer in enumerate(LAYERS) if name in layer), -1)
 
 
-def excused(edge: Import) -> bool:
-    """One of the imports KNOWN_UNTIL_MERGE lets through."""
-    return frozenset({edge.importer, edge.imported}) in KNOWN_UNTIL_MERGE
-
-
 def circles(edges: list[Import]) -> list[str]:
     """Every circle in the graph, each as its imports with file:line (graphlib finds them)."""
     graph: dict[str, set[str]] = {}
@@ -193,13 +180,13 @@ def upward(edges: list[Import]) -> list[str]:
 
 
 def test_the_package_has_no_import_circles() -> None:
-    edges = [e for e in scan(ROOT) if not excused(e)]
+    edges = scan(ROOT)
     found = circles(edges)
     assert not found, "import circles:\n" + "\n".join(found)
 
 
 def test_every_import_points_down_the_layers() -> None:
-    edges = [e for e in scan(ROOT) if not excused(e)]
+    edges = scan(ROOT)
     found = upward(edges)
     assert not found, "imports against the layers:\n" + "\n".join(found)
 
