@@ -1,8 +1,8 @@
 """The crawl: builds the stages, wires them in pipeline order, runs them on one event loop.
 
-Data flows one way: input -> frontier -> sequencer -> site queues -> DNS (then robots.txt)
--> opener -> reader -> parser -> outputs, with the parser's links and the reader's redirects
-going back to input.
+Data flows one way: input -> frontier -> sequencer -> site queues -> DNS -> opener (a site's
+robots.txt first, then its pages) -> reader -> parser -> outputs, with the parser's links
+and the reader's redirects going back to input.
 `idle()` is the one explicit "is the crawl done?" check over every stage's counters.
 
 The stages are given their seams at construction, chosen here and nowhere else: where new URLs
@@ -55,7 +55,7 @@ log = logging.getLogger("larbinpy")
 # The normalizer refuses URLs over this length outright; between maxUrlLength and this, the
 # scope refuses them as "trap", so an over-long link is counted rather than silently dropped.
 URL_HARD_LIMIT = 64 * 1024
-CONTENT_BITS = 1 << 28  # noDup's digest bitmap: 32 MiB, ~1% false positives at 10M pages
+CONTENT_BITS = 1 << 28  # noDup's digest bitmap (32 MiB)
 SEED_BATCH = 1000
 
 

@@ -18,7 +18,7 @@ local queues of a node whose `idle` is 0, or belongs to a node in the `dead` set
 The check (in the same script as the report) says done when at least one URL was ever
 admitted, the `dead` set is empty (nothing left to recover) and every node in `nodes` (live
 or expired-but-not-yet-reaped) is idle with an empty stream. It sets `done`, which every
-node sees at its next poll or heartbeat. The race of the issue -- a node's last page sends a
+node sees at its next poll or heartbeat. The race this guards against -- a node's last page sends a
 URL to an idle node -- is covered: the URL sits in the idle node's stream (not done) until
 that node acknowledges it (busy), fetches it and reports idle again.
 """

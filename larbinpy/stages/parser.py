@@ -6,13 +6,11 @@ stage takes them one after the other, in the order read: extracts an HTML page's
 (`extract.py`) and queues them (input, one hop deeper); then it hands the turn's pages to the
 outputs, in the same order.
 
-Why at the end of the turn, not as each page arrives: a busy crawl finishes 40-55 pages a
+Why at the end of the turn, not as each page arrives: a busy crawl finishes many pages a
 turn, and parsing them back to back keeps lexbor's memory and the link caches in the CPU's
-caches instead of evicting them with a page's worth of networking in between (`larbinpy
-bench --output none`: 0.183-0.192 -> 0.146-0.147 ms CPU a page); the same holds for the file
-system's when `output save` creates the turn's files back to back (0.227-0.235 -> 0.197-0.201
-ms a page with `output save`, measured before the parsing moved here). The batch is bounded by
-what one turn can finish, at most `pagesConnexions` pages, and by `MAX_PAGES`.
+caches instead of evicting them with a page's worth of networking in between; the same holds
+for the file system's when `output save` creates the turn's files back to back. The batch is
+bounded by what one turn can finish, at most `pagesConnexions` pages, and by `MAX_PAGES`.
 
 Pages taken and not parsed yet are work in progress: `pending` keeps the crawl from being
 done (`Crawler.idle`), and a checkpoint calls `flush()` first, so a page's links are never
@@ -37,7 +35,7 @@ from larbinpy.stats import Stats
 log = logging.getLogger("larbinpy.parser")
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
-MAX_PAGES = 1024  # pages held for the end of the turn, at most (a turn rarely reaches 64)
+MAX_PAGES = 1024  # pages held for the end of the turn, at most
 
 
 class Parser:
@@ -99,7 +97,7 @@ class Parser:
             if step is None:
                 _guarded(self._parse, page)
         # The outputs after all the parsing, not page by page: the turn's files are created
-        # back to back (7 µs a file on tmpfs) instead of between pages of crawling (17 µs).
+        # back to back, which costs the kernel less per file than between pages of crawling.
         write = self.outputs.write
         for page, step in batch:
             _guarded(step or write, page)

@@ -1,4 +1,4 @@
-"""Robots.txt, fetched once per site before any of its pages (the end of larbin's DNS stage).
+"""Robots.txt, fetched through the opener as a site's first fetch, before any of its pages.
 
 The opener runs `fetch` as a site's first fetch, so robots.txt requests obey the same
 politeness clocks as pages. RFC 9309's status rules: 2xx parse, 4xx allow all, 5xx or a
