@@ -8,10 +8,17 @@ the crawl only through `status.StatusSource` and the `SubmitUrls` callable the c
 A URL may carry an integer tag (larbin's URL_TAGS), kept across redirects and written by the
 `save` and `links` outputs: JSON `"tag": N` for every URL of the body, or `{"url": u, "tag": N}`
 items; text `?tag=N` (or `tag:N` in larbin's first line) for every URL, or `URL N` on a line.
+
+The listeners defend themselves against clients that hold connections: a connection must send
+a whole request head within IDLE_TIMEOUT of opening (or of its previous response: the idle
+keep-alive limit, aiohttp's keep-alive timer), a body within BODY_TIMEOUT (else 408), and at
+most MAX_CONNECTIONS are open at once (the next is answered 503 and closed at once, before it
+costs a file descriptor for long). A JSON body nested deeper than Python's parser allows gets 400.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import re
@@ -86,6 +93,8 @@ def parse_json_body(body: bytes) -> Submission:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadSubmission(400, f"malformed JSON: {exc}") from None
+    except RecursionError:  # the parser's own bound on nesting; a valid body nests 3 deep
+        raise BadSubmission(400, "malformed JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise BadSubmission(400, "the body must be a JSON object")
     unknown = set(data) - {"urls", "priority", "depth", "force", "tag"}
@@ -163,8 +172,26 @@ def _larbin_header(line: str) -> dict[str, str]:
     return out
 
 
+_TOO_MANY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+             b"Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n")
+
+
+class _Refuse(asyncio.Protocol):
+    """A connection over MAX_CONNECTIONS: answered 503 and closed at once."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Say why, then hang up."""
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(_TOO_MANY)
+        transport.close()
+
+
 class Ports:
     """The status and input listeners of one crawl."""
+
+    IDLE_TIMEOUT = 15.0  # seconds to send a request head, from connect or the last response
+    BODY_TIMEOUT = 30.0  # seconds to send a whole POST body
+    MAX_CONNECTIONS = 64  # open connections per listener; a crawler's port has few clients
 
     def __init__(self, cfg: Config, source: StatusSource, submit: SubmitUrls,
                  changed: Callable[[], None]) -> None:
@@ -172,6 +199,7 @@ class Ports:
         self.submit_urls = submit
         self.changed = changed  # told after each submission: the crawl may not be idle now
         self.runners: list[web.AppRunner] = []
+        self.listeners: list[asyncio.Server] = []
 
     async def start(self) -> None:
         """Listen on httpPort and inputPort (one listener when equal; 0 disables)."""
@@ -193,11 +221,21 @@ class Ports:
             app.router.add_get("/metrics", self.metrics)
         if submit:
             app.router.add_post("/urls", self.submit)
-        runner = web.AppRunner(app, access_log=None)
+        # aiohttp arms its keep-alive timer at connect too: a silent or half-sent head is closed
+        runner = web.AppRunner(app, access_log=None, keepalive_timeout=self.IDLE_TIMEOUT)
         await runner.setup()
         self.runners.append(runner)
+        server = runner.server
+        assert server is not None
+
+        def protocol() -> asyncio.Protocol:
+            if len(server.connections) >= self.MAX_CONNECTIONS:
+                return _Refuse()
+            return server()
+
         try:
-            await web.TCPSite(runner, self.cfg.http_host, port).start()
+            self.listeners.append(await asyncio.get_running_loop().create_server(
+                protocol, self.cfg.http_host, port, backlog=128))
         except OSError as exc:
             key = "httpport" if status else "inputport"
             raise self.cfg.error(key, f"cannot listen on {self.cfg.http_host}:{port}: "
@@ -205,6 +243,9 @@ class Ports:
 
     async def stop(self) -> None:
         """Close the listeners."""
+        for listener in self.listeners:
+            listener.close()
+        self.listeners.clear()
         for runner in self.runners:
             await runner.cleanup()
         self.runners.clear()
@@ -228,7 +269,10 @@ class Ports:
             self._authorize(request)
             sub = await self._parse(request)
         except BadSubmission as exc:
-            return web.json_response({"error": exc.reason}, status=exc.status)
+            response = web.json_response({"error": exc.reason}, status=exc.status)
+            if exc.status == 408:  # the rest of a late body may still come: not a request
+                response.force_close()
+            return response
         result = self.submit_urls(sub.urls, sub.priority, sub.depth, sub.force)
         self.changed()
         return web.json_response(
@@ -257,7 +301,11 @@ class Ports:
         limit = self.cfg.input_max_body
         if request.content_length is not None and request.content_length > limit:
             raise BadSubmission(413, f"body over inputMaxBody ({limit} bytes)")
-        body = await self._read_capped(request, limit)
+        try:
+            async with asyncio.timeout(self.BODY_TIMEOUT):
+                body = await self._read_capped(request, limit)
+        except TimeoutError:
+            raise BadSubmission(408, f"body not sent within {self.BODY_TIMEOUT:g} s") from None
         if request.content_type == "application/json":
             sub = parse_json_body(body)
         elif request.content_type in ("text/plain", "application/octet-stream", ""):
