@@ -191,7 +191,7 @@ class Crawler:
                  asyncio.ensure_future(self._tick()),
                  asyncio.ensure_future(self._checkpoints())]
         self._install_signals()
-        ports = Ports(self.cfg, self, self.input.submit, self.changed)
+        ports = Ports(self.cfg, self, self.input.submit, self.changed, self.normalizer.normalize)
         try:
             if self.cluster is not None:
                 await self.cluster.start()

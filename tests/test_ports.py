@@ -135,7 +135,13 @@ METRIC_FAMILIES = [
         ({"data": b"{not json", "headers": {"Content-Type": "application/json"}}, 400, "JSON"),
         ({"json": {"urls": "http://x/"}}, 400, "list of strings"),
         ({"json": {"urls": [], "priority": "high"}}, 400, "priority"),
-        ({"json": {"urls": [], "depth": -1}}, 400, "depth"),
+        ({"json": {"urls": [], "depth": -1}}, 400, "depth must be at least 0"),
+        ({"json": {"urls": [], "depth": 99999999999999999999}}, 400,
+         "depth must be at most 1000000"),
+        ({"data": "http://x/\n", "params": {"depth": "99999999999999999999"},
+          "headers": {"Content-Type": "text/plain"}}, 400, "depth must be at most 1000000"),
+        ({"data": "depth:-3\nhttp://x/\n", "headers": {"Content-Type": "text/plain"}},
+         400, "depth must be at least 0"),
         ({"json": {"urls": [], "force": "maybe"}}, 400, "force"),
         ({"json": {"urls": [], "colour": 1}}, 400, "unknown"),
         ({"data": "priority:high\nhttp://x/\n", "headers": {"Content-Type": "text/plain"}},
@@ -165,12 +171,17 @@ async def test_input_token_is_required_when_set(make_web):
         body = {"urls": [tw.url("one.test")]}
         async with client.post(input_url + "/urls", json=body) as r:
             assert r.status == 401
-        async with client.post(input_url + "/urls", json=body,
-                               headers={"Authorization": "Bearer wrong"}) as r:
-            assert r.status == 401
+            assert r.headers["WWW-Authenticate"].startswith("Bearer")
+        for wrong in ("Bearer wrong", "Basic s3cret", "Bearers3cret", "s3cret"):
+            async with client.post(input_url + "/urls", json=body,
+                                   headers={"Authorization": wrong}) as r:
+                assert r.status == 401, wrong
         assert crawler.stats.urls_seen == 0
         async with client.post(input_url + "/urls", json=body,
-                               headers={"Authorization": "Bearer s3cret"}) as r:
+                               headers={"Authorization": "bearer s3cret"}) as r:
+            assert r.status == 202  # the scheme's case does not matter (RFC 9110)
+        async with client.post(input_url + "/urls", json={"urls": [tw.url("two.test")]},
+                               headers={"Authorization": "BEARER s3cret"}) as r:
             assert r.status == 202
 
 
@@ -310,3 +321,25 @@ async def test_deeply_nested_json_gets_400(make_web):
                                headers={"Content-Type": "application/json"}) as r:
             assert r.status == 400
             assert "nested too deeply" in (await r.json())["error"]
+
+
+async def test_every_line_is_accepted_or_rejected_with_a_reason(make_web):
+    """Ten lines that normalise to three URLs: three accepted, seven duplicates in the request;
+    IP literals on a denied network refused in the answer, a name left to the DNS stage."""
+    tw = await make_web(small_web())
+    async with daemon(tw) as (crawler, client, status_url, input_url):
+        one, two = tw.url("one.test"), tw.url("two.test")
+        lines = [one, one.upper().replace("HTTP://", "http://"), one + "#frag", one,
+                 two, two + "#x", two, one + "1.html", one + "1.html#a", one + "1.html"]
+        async with client.post(input_url + "/urls", data="\n".join(lines),
+                               headers={"Content-Type": "text/plain"}) as r:
+            answer = await r.json()
+        assert answer["accepted"] == 3
+        assert len(answer["rejected"]) == 7
+        assert {x["reason"] for x in answer["rejected"]} == {"duplicate in this request"}
+        denied = ["http://10.1.2.3/", "http://[fd00::1]/", "http://192.168.0.1:8080/x"]
+        async with client.post(input_url + "/urls", json={"urls": denied}) as r:
+            answer = await r.json()
+        assert answer["accepted"] == 0
+        assert [x["url"] for x in answer["rejected"]] == denied
+        assert all(x["reason"].startswith("deniedNetwork") for x in answer["rejected"])

@@ -20,28 +20,35 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from larbinpy.config import Config
 from larbinpy.daemon.status import StatusSource, snapshot
 from larbinpy.daemon.statuspage import metrics_text, render_html
+from larbinpy.net.policy import NetworkPolicy
 
 MAX_PRIORITY = 9  # each priority is a FIFO with its own files: keep their number small
 TAG_MIN, TAG_MAX = -(2**31), 2**31 - 1  # larbin's tags are C ints
+MAX_DEPTH = 1_000_000  # links followed: a chain deeper than this is unbounded in practice
+DUPLICATE_HERE = "duplicate in this request"
+DENIED_NETWORK = "deniedNetwork (an address allowNetworks does not allow)"
 
 
 class BadSubmission(Exception):
     """A request the input port refuses: HTTP status and reason."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(reason)
         self.status, self.reason = status, reason
+        self.headers = headers or {}
 
 
 class Accepted(Protocol):
@@ -66,13 +73,17 @@ class Submission:
 
 
 def _int_param(value: Any, name: str, low: int, high: int | None = None) -> int:
-    """An integer parameter within bounds, or a 400."""
-    if isinstance(value, str) and re.fullmatch(r"-?\d{1,9}", value := value.strip()):
-        value = int(value)  # int() strips less than str.strip(): '0\x1f' would raise
+    """An integer parameter within bounds, or a 400 that states them."""
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", value := value.strip()):
+        # int() strips less than str.strip() ('0\x1f' would raise); a huge number of digits
+        # is out of any bound, and int() would refuse it (or take long) anyway
+        value = int(value) if len(value) <= 19 else (-(10**19) if value[0] == "-" else 10**19)
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadSubmission(400, f"{name} must be an integer")
-    if value < low or (high is not None and value > high):
-        raise BadSubmission(400, f"{name} must be between {low} and {high or 'any'}")
+    if value < low:
+        raise BadSubmission(400, f"{name} must be at least {low}")
+    if high is not None and value > high:
+        raise BadSubmission(400, f"{name} must be at most {high}")
     return value
 
 
@@ -107,7 +118,7 @@ def parse_json_body(body: bytes) -> Submission:
     return Submission(
         [_json_url(u, tag) for u in urls],
         _int_param(data.get("priority", 0), "priority", 0, MAX_PRIORITY),
-        _int_param(data["depth"], "depth", 0) if data.get("depth") is not None else None,
+        _int_param(data["depth"], "depth", 0, MAX_DEPTH) if data.get("depth") is not None else None,
         _bool_param(data.get("force", False), "force"),
     )
 
@@ -155,7 +166,7 @@ def parse_text_body(body: bytes, query: dict[str, str]) -> Submission:
     return Submission(
         urls,
         _int_param(params.get("priority", "0"), "priority", 0, MAX_PRIORITY),
-        _int_param(params["depth"], "depth", 0) if "depth" in params else None,
+        _int_param(params["depth"], "depth", 0, MAX_DEPTH) if "depth" in params else None,
         _bool_param(params.get("force", params.get("test", "0")), "force"),
     )
 
@@ -194,9 +205,13 @@ class Ports:
     MAX_CONNECTIONS = 64  # open connections per listener; a crawler's port has few clients
 
     def __init__(self, cfg: Config, source: StatusSource, submit: SubmitUrls,
-                 changed: Callable[[], None]) -> None:
+                 changed: Callable[[], None],
+                 normalize: Callable[[str], str | None] | None = None) -> None:
         self.cfg, self.source = cfg, source
         self.submit_urls = submit
+        # the crawl's normaliser, to tell duplicates within one request (None: as given)
+        self.normalize = normalize or (lambda url: url)
+        self.policy = NetworkPolicy(cfg.allow_networks)  # the DNS stage's rule, from the config
         self.changed = changed  # told after each submission: the crawl may not be idle now
         self.runners: list[web.AppRunner] = []
         self.listeners: list[asyncio.Server] = []
@@ -269,17 +284,51 @@ class Ports:
             self._authorize(request)
             sub = await self._parse(request)
         except BadSubmission as exc:
-            response = web.json_response({"error": exc.reason}, status=exc.status)
+            response = web.json_response({"error": exc.reason}, status=exc.status,
+                                         headers=exc.headers)
             if exc.status == 408:  # the rest of a late body may still come: not a request
                 response.force_close()
             return response
-        result = self.submit_urls(sub.urls, sub.priority, sub.depth, sub.force)
+        urls, refused = self._screen(sub.urls)
+        result = self.submit_urls(urls, sub.priority, sub.depth, sub.force)
         self.changed()
         return web.json_response(
             {"accepted": result.accepted,
-             "rejected": [{"url": u, "reason": r} for u, r in result.rejected]},
+             "rejected": [{"url": u, "reason": r} for u, r in refused + result.rejected]},
             status=202,
         )
+
+    def _screen(self, urls: list[str | tuple[str, int]]
+                ) -> tuple[list[str | tuple[str, int]], list[tuple[str, str]]]:
+        """What the port can refuse itself, so every line gets an answer: a repeat within the
+        request, and an IP-literal host on a network the policy denies (a name is resolved
+        later, by the DNS stage, and refused there). Invalid URLs are the input stage's."""
+        kept: list[str | tuple[str, int]] = []
+        refused: list[tuple[str, str]] = []
+        here: set[str] = set()
+        for item in urls:
+            raw = item if isinstance(item, str) else item[0]
+            url = self.normalize(raw.strip())
+            if url is None:
+                kept.append(item)
+            elif url in here:
+                refused.append((raw, DUPLICATE_HERE))
+            elif not self._network_ok(url):
+                here.add(url)
+                refused.append((raw, DENIED_NETWORK))
+            else:
+                here.add(url)
+                kept.append(item)
+        return kept, refused
+
+    def _network_ok(self, url: str) -> bool:
+        """False for a URL whose host is an IP address the network policy denies."""
+        try:
+            host = urlsplit(url).hostname or ""
+            ip = ipaddress.ip_address(host) if host[-1:].isdigit() or ":" in host else None
+        except ValueError:
+            return True  # not an address: the DNS stage decides
+        return ip is None or self.policy.allowed(str(ip))
 
     def _authorize(self, request: web.Request) -> None:
         """403 for a browser page's request; 401 unless the bearer token matches (if set)."""
@@ -290,11 +339,13 @@ class Ports:
         token = self.cfg.input_token
         if token is None:
             return
-        given = request.headers.get("Authorization", "")
-        expected = f"Bearer {token}"
-        # constant time: the comparison must not tell how much of a guess was right
-        if not hmac.compare_digest(given.encode(), expected.encode()):
-            raise BadSubmission(401, "missing or wrong bearer token")
+        scheme, _, given = request.headers.get("Authorization", "").strip().partition(" ")
+        # the scheme is case-insensitive (RFC 9110 11.1); the token is compared in constant
+        # time: the comparison must not tell how much of a guess was right
+        right = hmac.compare_digest(given.strip().encode(), token.encode())
+        if scheme.lower() != "bearer" or not right:
+            raise BadSubmission(401, "missing or wrong bearer token",
+                                {"WWW-Authenticate": 'Bearer realm="larbinpy input"'})
 
     async def _parse(self, request: web.Request) -> Submission:
         """Read (bounded) and parse the body by content type."""
