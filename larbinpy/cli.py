@@ -70,40 +70,75 @@ def hash_set_report(bits: int, functions: int) -> str:
     return "\n".join(lines)
 
 
+SUBCOMMANDS = ("submit", "check-config", "bench")
+USAGE = ("larbinpy [-h] [--version] [-c CONFIG] [--scratch] [-v] [-q]\n"
+         "       larbinpy [-c CONFIG] [-v] [-q] {submit,check-config,bench} ...")
+
+
 def crawl_parser() -> argparse.ArgumentParser:
-    """`larbinpy -c larbin.conf [--scratch]`."""
+    """`larbinpy -c larbin.conf [--scratch]`, and the options every subcommand takes."""
+    from larbinpy import __version__
+
     p = argparse.ArgumentParser(
-        prog="larbinpy",
-        description="larbin's crawler on one asyncio loop. Subcommands: submit, bench, "
-        "check-config (see `larbinpy SUBCOMMAND -h`).",
+        prog="larbinpy", usage=USAGE,
+        description="larbin's crawler on one asyncio loop. Without a subcommand it crawls (a "
+        "daemon unless exitAtEnd). Subcommands: submit (send URLs to a running crawler), "
+        "check-config (validate and print a larbin.conf), bench (benchmarks); "
+        "see `larbinpy SUBCOMMAND -h`.",
     )
-    p.add_argument("-c", "--config", default="larbin.conf", help="larbin.conf to use")
+    p.add_argument("--version", action="version", version=f"larbinpy {__version__}")
+    p.add_argument("-c", "--config", default=None, help="larbin.conf to use [./larbin.conf]")
     p.add_argument("--scratch", action="store_true", help="ignore saved state, start fresh")
-    p.add_argument("-v", "--verbose", action="count", default=0)
-    p.add_argument("-q", "--quiet", action="count", default=0)
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="log debug messages too (default: info, warnings, errors)")
+    p.add_argument("-q", "--quiet", action="count", default=0,
+                   help="log warnings and errors only")
     return p
+
+
+def check_config_parser() -> argparse.ArgumentParser:
+    """`larbinpy check-config [-c larbin.conf]`."""
+    p = argparse.ArgumentParser(prog="larbinpy check-config",
+                                description="Validate a larbin.conf and print the settings in "
+                                "effect; exit 2 when it is wrong.")
+    p.add_argument("-c", "--config", default=None,
+                   help="the larbin.conf to check [./larbin.conf]")
+    return p
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """(options before the subcommand, the subcommand or None, its arguments)."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
+        i += 2 if argv[i] in ("-c", "--config") else 1
+    if i < len(argv) and argv[i] in SUBCOMMANDS:
+        return argv[:i], argv[i], argv[i + 1:]
+    return argv, None, []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `larbinpy` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] == "check-config":
-            p = argparse.ArgumentParser(prog="larbinpy check-config")
-            p.add_argument("-c", "--config", default="larbin.conf")
-            return cmd_check_config(p.parse_args(argv[1:]))
-        if argv and argv[0] == "submit":
+        before, command, rest = split_argv(argv)
+        top = crawl_parser().parse_args(before)
+        if command == "check-config":
+            args = check_config_parser().parse_args(rest)
+            args.config = args.config or top.config or "larbin.conf"
+            return cmd_check_config(args)
+        if command == "submit":
             from larbinpy.daemon.submit import main as submit_main
 
-            return submit_main(argv[1:])
-        if argv and argv[0] == "bench":
+            return submit_main(rest, top.config)
+        if command == "bench":
             if problem := missing_extra("larbinpy bench", "dnslib", "bench"):
                 print(problem, file=sys.stderr)
                 return 1
             from larbinpy.bench.measure import main as bench_main
 
-            return bench_main(argv[1:])
-        return cmd_crawl(crawl_parser().parse_args(argv))
+            return bench_main(rest)
+        top.config = top.config or "larbin.conf"
+        return cmd_crawl(top)
     except (ConfigError, StateError) as exc:
         print(f"larbinpy: {exc}", file=sys.stderr)
         return 2
