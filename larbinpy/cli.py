@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +39,8 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     check_runtime(cfg)
     setup_logging(args.verbose - args.quiet, cfg.log_file)
+    for warning in cfg.warnings:
+        log.warning("%s", warning)
     from larbinpy.crawler import Crawler
 
     async def main() -> int:
@@ -50,10 +53,20 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate a configuration and print it."""
+    from larbinpy.links.urls import DEFAULT_STRIP_PARAMS
+
     cfg = load_config(args.config)
     check_runtime(cfg)
-    print(describe(cfg))
-    print(hash_set_report(cfg.hash_size, cfg.hash_functions))
+    for warning in cfg.warnings:
+        print(f"larbinpy: warning: {warning}", file=sys.stderr)
+    built_in = " ".join(sorted(DEFAULT_STRIP_PARAMS)) + " (built-in)"
+    try:
+        print(describe(cfg, {"stripParams": built_in}))
+        print(hash_set_report(cfg.hash_size, cfg.hash_functions))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the reader has all it wanted
+        # Python flushes stdout again at exit: point it at /dev/null so that says nothing
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
