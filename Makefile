@@ -19,7 +19,7 @@ $(VENV)/.installed-%: $(VENV)/.installed
 
 ## run: crawl the local demo web (served on loopback by the demo itself) with the shipped larbin.conf
 run: $(VENV)/.installed-demo
-	$(PY) -m larbinpy.demo.demoweb -- $(VENV)/bin/larbinpy -c $(CONF) --scratch
+	$(PY) -m larbinpy.demo.demoweb --crawler-conf $(CONF) -- $(VENV)/bin/larbinpy -c $(CONF) --scratch
 
 ## test: the whole suite (< 5 minutes), plus ruff
 test: $(VENV)/.installed-test

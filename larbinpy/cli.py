@@ -38,6 +38,10 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     """Run a crawl."""
     cfg = load_config(args.config)
     check_runtime(cfg)
+    if args.http_port is not None:
+        cfg.http_port = args.http_port
+    if args.input_port is not None:
+        cfg.input_port = args.input_port
     setup_logging(args.verbose - args.quiet, cfg.log_file)
     for warning in cfg.warnings:
         log.warning("%s", warning)
@@ -84,7 +88,8 @@ def hash_set_report(bits: int, functions: int) -> str:
 
 
 SUBCOMMANDS = ("submit", "check-config", "bench")
-USAGE = ("larbinpy [-h] [--version] [-c CONFIG] [--scratch] [-v] [-q]\n"
+USAGE = ("larbinpy [-h] [--version] [-c CONFIG] [--scratch] [--http-port N] [--input-port N]"
+         " [-v] [-q]\n"
          "       larbinpy [-c CONFIG] [-v] [-q] {submit,check-config,bench} ...")
 
 
@@ -102,11 +107,23 @@ def crawl_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"larbinpy {__version__}")
     p.add_argument("-c", "--config", default=None, help="larbin.conf to use [./larbin.conf]")
     p.add_argument("--scratch", action="store_true", help="ignore saved state, start fresh")
+    p.add_argument("--http-port", type=_port, default=None, metavar="N",
+                   help="status port instead of larbin.conf's httpPort (0: off)")
+    p.add_argument("--input-port", type=_port, default=None, metavar="N",
+                   help="input port instead of larbin.conf's inputPort (0: off)")
     p.add_argument("-v", "--verbose", action="count", default=0,
                    help="log debug messages too (default: info, warnings, errors)")
     p.add_argument("-q", "--quiet", action="count", default=0,
                    help="log warnings and errors only")
     return p
+
+
+def _port(text: str) -> int:
+    """A TCP port number (0 turns the port off)."""
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535)")
+    return port
 
 
 def check_config_parser() -> argparse.ArgumentParser:
