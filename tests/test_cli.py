@@ -86,3 +86,34 @@ async def test_submit_says_when_larbin_conf_turns_the_port_off(tmp_path: Path) -
     (tmp_path / "larbin.conf").write_text("inputPort 0\n")
     result = larbinpy("submit", "http://example.com/", cwd=tmp_path)
     assert result.returncode == 2 and "inputPort 0" in result.stderr
+
+
+OLD_PYTHON = '#!/bin/sh\n[ "$1" = -V ] && { echo "Python 3.9.2"; exit 0; }\nexit 1\n'
+
+
+def _old_python(path: Path) -> Path:
+    """An executable that answers like a Python 3.9 (too old for larbinpy) would."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(OLD_PYTHON)
+    path.chmod(0o755)
+    return path
+
+
+def test_make_says_plainly_that_python_is_too_old(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    result = subprocess.run(
+        ["make", "run", f"VENV={venv}", f"PYTHON={_old_python(tmp_path / 'python3.9')}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "larbinpy needs Python 3.11 or later" in result.stderr
+    assert "Python 3.9.2" in result.stderr
+    assert not venv.exists()  # nothing half-made to trip the next run
+
+
+def test_make_remakes_a_venv_left_by_an_older_python(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    _old_python(venv / "bin" / "python")
+    result = subprocess.run(["make", "-n", "run", f"VENV={venv}"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert "made by a Python older than 3.11 (Python 3.9.2): making it again" in result.stdout
+    assert not venv.exists()
