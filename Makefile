@@ -6,7 +6,22 @@ CONF   ?= larbin.conf
 
 .PHONY: run test test-slow bench bench-small bench-hosts bench-polite bench-all lint docs clean
 
+# larbinpy needs Python 3.11 or later: say so before making a venv that pip would then refuse
+PY_OK := import sys; sys.exit(sys.version_info < (3, 11))
+
+# A venv left by a Python older than that (an earlier try) would fail the same way on every
+# run: it is made again.
+ifneq ($(wildcard $(PY)),)
+ifneq ($(shell $(PY) -c '$(PY_OK)' 2>/dev/null && echo ok),ok)
+$(info $(VENV) was made by a Python older than 3.11 ($(shell $(PY) -V 2>&1)): making it again)
+$(shell rm -rf $(VENV))
+endif
+endif
+
 $(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c '$(PY_OK)' 2>/dev/null || { echo "larbinpy needs Python 3.11 or later;" \
+	  "$(PYTHON) is $$($(PYTHON) -V 2>&1). Name another: make $(MAKECMDGOALS) PYTHON=python3.12" >&2; \
+	  exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
@@ -19,7 +34,7 @@ $(VENV)/.installed-%: $(VENV)/.installed
 
 ## run: crawl the local demo web (served on loopback by the demo itself) with the shipped larbin.conf
 run: $(VENV)/.installed-demo
-	$(PY) -m larbinpy.demo.demoweb -- $(VENV)/bin/larbinpy -c $(CONF) --scratch
+	$(PY) -m larbinpy.demo.demoweb --crawler-conf $(CONF) -- $(VENV)/bin/larbinpy -c $(CONF) --scratch
 
 ## test: the whole suite (< 5 minutes), plus ruff
 test: $(VENV)/.installed-test

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,7 +38,13 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     """Run a crawl."""
     cfg = load_config(args.config)
     check_runtime(cfg)
+    if args.http_port is not None:
+        cfg.http_port = args.http_port
+    if args.input_port is not None:
+        cfg.input_port = args.input_port
     setup_logging(args.verbose - args.quiet, cfg.log_file)
+    for warning in cfg.warnings:
+        log.warning("%s", warning)
     from larbinpy.crawler import Crawler
 
     async def main() -> int:
@@ -50,10 +57,20 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate a configuration and print it."""
+    from larbinpy.links.urls import DEFAULT_STRIP_PARAMS
+
     cfg = load_config(args.config)
     check_runtime(cfg)
-    print(describe(cfg))
-    print(hash_set_report(cfg.hash_size, cfg.hash_functions))
+    for warning in cfg.warnings:
+        print(f"larbinpy: warning: {warning}", file=sys.stderr)
+    built_in = " ".join(sorted(DEFAULT_STRIP_PARAMS)) + " (built-in)"
+    try:
+        print(describe(cfg, {"stripParams": built_in}))
+        print(hash_set_report(cfg.hash_size, cfg.hash_functions))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the reader has all it wanted
+        # Python flushes stdout again at exit: point it at /dev/null so that says nothing
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
@@ -70,40 +87,88 @@ def hash_set_report(bits: int, functions: int) -> str:
     return "\n".join(lines)
 
 
+SUBCOMMANDS = ("submit", "check-config", "bench")
+USAGE = ("larbinpy [-h] [--version] [-c CONFIG] [--scratch] [--http-port N] [--input-port N]"
+         " [-v] [-q]\n"
+         "       larbinpy [-c CONFIG] [-v] [-q] {submit,check-config,bench} ...")
+
+
 def crawl_parser() -> argparse.ArgumentParser:
-    """`larbinpy -c larbin.conf [--scratch]`."""
+    """`larbinpy -c larbin.conf [--scratch]`, and the options every subcommand takes."""
+    from larbinpy import __version__
+
     p = argparse.ArgumentParser(
-        prog="larbinpy",
-        description="larbin's crawler on one asyncio loop. Subcommands: submit, bench, "
-        "check-config (see `larbinpy SUBCOMMAND -h`).",
+        prog="larbinpy", usage=USAGE,
+        description="larbin's crawler on one asyncio loop. Without a subcommand it crawls (a "
+        "daemon unless exitAtEnd). Subcommands: submit (send URLs to a running crawler), "
+        "check-config (validate and print a larbin.conf), bench (benchmarks); "
+        "see `larbinpy SUBCOMMAND -h`.",
     )
-    p.add_argument("-c", "--config", default="larbin.conf", help="larbin.conf to use")
+    p.add_argument("--version", action="version", version=f"larbinpy {__version__}")
+    p.add_argument("-c", "--config", default=None, help="larbin.conf to use [./larbin.conf]")
     p.add_argument("--scratch", action="store_true", help="ignore saved state, start fresh")
-    p.add_argument("-v", "--verbose", action="count", default=0)
-    p.add_argument("-q", "--quiet", action="count", default=0)
+    p.add_argument("--http-port", type=_port, default=None, metavar="N",
+                   help="status port instead of larbin.conf's httpPort (0: off)")
+    p.add_argument("--input-port", type=_port, default=None, metavar="N",
+                   help="input port instead of larbin.conf's inputPort (0: off)")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="log debug messages too (default: info, warnings, errors)")
+    p.add_argument("-q", "--quiet", action="count", default=0,
+                   help="log warnings and errors only")
     return p
+
+
+def _port(text: str) -> int:
+    """A TCP port number (0 turns the port off)."""
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0 to 65535)")
+    return port
+
+
+def check_config_parser() -> argparse.ArgumentParser:
+    """`larbinpy check-config [-c larbin.conf]`."""
+    p = argparse.ArgumentParser(prog="larbinpy check-config",
+                                description="Validate a larbin.conf and print the settings in "
+                                "effect; exit 2 when it is wrong.")
+    p.add_argument("-c", "--config", default=None,
+                   help="the larbin.conf to check [./larbin.conf]")
+    return p
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """(options before the subcommand, the subcommand or None, its arguments)."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
+        i += 2 if argv[i] in ("-c", "--config") else 1
+    if i < len(argv) and argv[i] in SUBCOMMANDS:
+        return argv[:i], argv[i], argv[i + 1:]
+    return argv, None, []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `larbinpy` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] == "check-config":
-            p = argparse.ArgumentParser(prog="larbinpy check-config")
-            p.add_argument("-c", "--config", default="larbin.conf")
-            return cmd_check_config(p.parse_args(argv[1:]))
-        if argv and argv[0] == "submit":
+        before, command, rest = split_argv(argv)
+        top = crawl_parser().parse_args(before)
+        if command == "check-config":
+            args = check_config_parser().parse_args(rest)
+            args.config = args.config or top.config or "larbin.conf"
+            return cmd_check_config(args)
+        if command == "submit":
             from larbinpy.daemon.submit import main as submit_main
 
-            return submit_main(argv[1:])
-        if argv and argv[0] == "bench":
+            return submit_main(rest, top.config)
+        if command == "bench":
             if problem := missing_extra("larbinpy bench", "dnslib", "bench"):
                 print(problem, file=sys.stderr)
                 return 1
             from larbinpy.bench.measure import main as bench_main
 
-            return bench_main(argv[1:])
-        return cmd_crawl(crawl_parser().parse_args(argv))
+            return bench_main(rest)
+        top.config = top.config or "larbin.conf"
+        return cmd_crawl(top)
     except (ConfigError, StateError) as exc:
         print(f"larbinpy: {exc}", file=sys.stderr)
         return 2

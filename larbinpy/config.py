@@ -16,6 +16,7 @@ import argparse
 import ipaddress
 import re
 import sys
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
@@ -26,6 +27,9 @@ MiB = 1 << 20
 KiB = 1 << 10
 
 OUTPUTS = ("none", "save", "mirror", "warc", "links")
+# depthInSite is set again before each group of startUrl lines it applies to
+MAY_REPEAT = frozenset({"depthinsite"})
+FLAG_WORDS = {"on": True, "yes": True, "true": True, "off": False, "no": False, "false": False}
 
 T = TypeVar("T")
 
@@ -291,8 +295,24 @@ def _convert(cfg: Config, value: Token, parser: Parser, name: str) -> Any:
 def _read_start_url(cfg: Config, tokens: list[Token], i: int) -> int:
     """`startUrl URL`, which takes the `depthInSite` in force at its line."""
     value = _next_value(cfg, tokens, i)
+    if problem := _url_problem(value.text):
+        raise ConfigError(cfg.path, value.line, f"bad startUrl {value.text!r}: {problem}")
     cfg.start_urls.append(StartUrl(value.text, cfg.depth_in_site, value.line))
     return i + 2
+
+
+def _url_problem(url: str) -> str | None:
+    """Why `url` cannot start a crawl (not http(s), malformed, no host), or None."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError on a bad port
+    except ValueError as exc:
+        return f"malformed ({exc})"
+    if parts.scheme.lower() not in ("http", "https"):
+        return "not an http:// or https:// URL"
+    if not parts.hostname:
+        return "no host"
+    return None
 
 
 def _read_proxy(cfg: Config, tokens: list[Token], i: int) -> int:
@@ -582,6 +602,8 @@ class Config:
     )
     # where each key was set, for errors found after parsing (lower-case key -> line)
     lines: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    # what the file does that is allowed but likely a mistake, as `path:line: message`
+    warnings: list[str] = field(default_factory=list, repr=False, compare=False)
 
     def effective_outputs(self) -> list[str]:
         """The outputs in force: `save` when none was configured, nothing for `none`."""
@@ -641,15 +663,22 @@ def _parse_key(cfg: Config, tokens: list[Token], i: int) -> int:
     """Apply the key at tokens[i]; return the index of the next key."""
     tok = tokens[i]
     name = tok.text.lower()
-    cfg.lines.setdefault(name, tok.line)
     spec = KEYS.get(name)
     if spec is None:
         raise ConfigError(cfg.path, tok.line, f"unknown key {tok.text!r}")
+    if name in cfg.lines and spec.kind in ("value", "flag") and name not in MAY_REPEAT:
+        # not an error: generated configurations append overrides to a base file (the shared
+        # benchmark's, the tests'); but the last never wins silently
+        cfg.warnings.append(f"{cfg.path}:{tok.line}: {tok.text} is set twice (lines "
+                            f"{cfg.lines[name]} and {tok.line}); line {tok.line} wins")
+    if spec.kind in ("value", "flag"):
+        cfg.lines[name] = tok.line  # errors found later point at the line in effect
+    else:
+        cfg.lines.setdefault(name, tok.line)
     if spec.read is not None:
         return spec.read(cfg, tokens, i)
     if spec.kind == "flag":
-        setattr(cfg, spec.attr, True)
-        return i + 1
+        return _read_flag(cfg, tokens, i, spec)
     if spec.kind == "list":
         return _parse_list(cfg, tokens, i, spec)
     parsed = _convert(cfg, _next_value(cfg, tokens, i), spec.parse, tok.text)
@@ -657,6 +686,21 @@ def _parse_key(cfg: Config, tokens: list[Token], i: int) -> int:
         getattr(cfg, spec.attr).append(parsed)
     else:
         setattr(cfg, spec.attr, parsed)
+    return i + 2
+
+
+def _read_flag(cfg: Config, tokens: list[Token], i: int, spec: Key) -> int:
+    """A flag alone turns on; `on`/`yes`/`true` or `off`/`no`/`false` after it are taken too
+    (people write them); any other word on its line is an error naming the flag."""
+    tok = tokens[i]
+    if i + 1 >= len(tokens) or tokens[i + 1].line != tok.line:
+        setattr(cfg, spec.attr, True)
+        return i + 1
+    word = tokens[i + 1].text.lower()
+    if word not in FLAG_WORDS:
+        raise ConfigError(cfg.path, tok.line, f"{tok.text} is a flag: it takes no value "
+                          f"(or on/off), got {tokens[i + 1].text!r}")
+    setattr(cfg, spec.attr, FLAG_WORDS[word])
     return i + 2
 
 
@@ -700,15 +744,24 @@ def validate(cfg: Config) -> None:
 # --- describing -----------------------------------------------------------------------------
 
 
-def describe(cfg: Config) -> str:
-    """The effective configuration, one `key value` line each, for `check-config`."""
+def describe(cfg: Config, defaults: dict[str, str] | None = None) -> str:
+    """The effective configuration, one `key value` line each, for `check-config`: what is in
+    effect (a default the table cannot spell is in `defaults`, by key), secrets masked."""
     lines = [f"# effective configuration of {cfg.path}"]
-    for spec in KEYS.values():
+    shown = {"output": " ".join(cfg.effective_outputs()) or "none", **(defaults or {})}
+    for name, spec in KEYS.items():
         value = getattr(cfg, spec.attr)
-        if isinstance(value, list):
+        if spec.larbin in shown and (value in (None, []) or spec.larbin == "output"):
+            value = shown[spec.larbin]
+        elif name in SECRET_KEYS and value is not None:
+            value = "(set, not shown)"
+        elif isinstance(value, list):
             value = " ".join(_show(v) for v in value) or "(none)"
         lines.append(f"{spec.larbin:<20} {_show(value)}")
     return "\n".join(lines)
+
+
+SECRET_KEYS = frozenset({"inputtoken"})  # check-config's output may be pasted anywhere
 
 
 def _show(value: Any) -> str:

@@ -129,6 +129,7 @@ class Crawler:
         # the pipeline's arrows back into the site table (built first: both need it)
         self.sites.connect(on_new_site=self.dns.submit, on_job=self.opener.consider)
         self.progress = Progress(self, enabled=progress)
+        self.resumed = 0  # URLs to fetch found in stateDir at start
         self.loading = 0  # seed sources still being read
         self.stop_requested = False
         self._changed = asyncio.Event()
@@ -191,11 +192,12 @@ class Crawler:
                  asyncio.ensure_future(self._tick()),
                  asyncio.ensure_future(self._checkpoints())]
         self._install_signals()
-        ports = Ports(self.cfg, self, self.input.submit, self.changed)
+        ports = Ports(self.cfg, self, self.input.submit, self.changed, self.normalizer.normalize)
         try:
             if self.cluster is not None:
                 await self.cluster.start()
             await ports.start()
+            self._log_start()
             await self._load_seeds()
             await self._wait_until_done()
             await self._stop(tasks)
@@ -211,11 +213,30 @@ class Crawler:
         self.progress.summary()
         return 0
 
+    def _log_start(self) -> None:
+        """What an operator needs first in the log: the file, the state, the ports, outputs."""
+        cfg = self.cfg
+        log.info("config %s", Path(cfg.path).resolve())
+        if self.saved.fresh:
+            log.info("stateDir %s: new crawl", Path(cfg.state_dir).resolve())
+        else:
+            log.info("stateDir %s: resumed, %d URLs to fetch", Path(cfg.state_dir).resolve(),
+                     self.resumed)
+        host = f"[{cfg.http_host}]" if ":" in cfg.http_host else cfg.http_host
+        for port, what, path in ((cfg.http_port, "status page (httpPort)", "/"),
+                                 (cfg.input_port, "input port (inputPort)", "/urls")):
+            if port:
+                log.info("%s on http://%s:%d%s", what, host, port, path)
+            else:
+                log.info("%s off", what)
+        outputs = cfg.effective_outputs()
+        log.info("outputs: %s", f"{', '.join(outputs)} in {Path(cfg.save_dir).resolve()}"
+                 if outputs else "none")
+
     def _resume(self) -> None:
         """Put back what the last checkpoint held in memory, and restart spilled sites."""
         waiting = len(self.frontier) + len(self.spill) + len(self.saved.jobs)
-        if waiting:
-            log.info("resuming: %d URLs to fetch from %s", waiting, self.cfg.state_dir)
+        self.resumed = waiting  # for the start-up log line
         self.input.restore(self.saved.jobs)
         for key in list(self.spill.sites()):
             self.sites.adopt(key)

@@ -41,6 +41,18 @@ class Outcome(enum.StrEnum):
     badHttp = "badHttp"  # malformed status line, headers or chunking (truncated bodies: earlyStop)
 
 
+# The outcomes that are failures to fetch a URL the crawl wanted: the network, the server or
+# its answer let it down. `errors` (progress line, status page) counts these only; the rest is
+# a page got (success, err30X: a redirect followed, duplicate, badType: an answer of a type
+# not wanted), a rule that kept a URL from being fetched (urlDup, outOfScope, trap, tooDeep,
+# forbiddenRobots, deniedNetwork) or a retry to come (backedOff). docs/outcomes.md says each.
+FETCH_ERRORS = frozenset({
+    Outcome.noDNS, Outcome.noConnection, Outcome.timeout, Outcome.tlsError, Outcome.badHttp,
+    Outcome.earlyStop, Outcome.tooBig, Outcome.badEncoding, Outcome.err40X, Outcome.err50X,
+    Outcome.tooManyRedirects,
+})
+
+
 class Stats:
     """Counters and throughput of one crawl."""
 
@@ -82,5 +94,5 @@ class Stats:
         return self.pages / dt, self.bytes / dt
 
     def errors(self) -> int:
-        """Fetch outcomes that were not a success."""
-        return sum(v for k, v in self.outcomes.items() if k is not Outcome.success)
+        """URLs that failed to be fetched (FETCH_ERRORS), not those a rule left unfetched."""
+        return sum(self.outcomes[k] for k in FETCH_ERRORS)

@@ -82,6 +82,10 @@ def test_sizes_accept_suffixes_and_powers():
         ("output save\ncaFile /no/such/ca.pem\n", 2, "no such file"),
         ("warcPrefix ../x\n", 1, "warcPrefix"),
         ("dnsServers 1.2.3.4:99999\n", 1, "bad port"),
+        ("startUrl ftp://example.com/\n", 1, "not an http:// or https:// URL"),
+        ("\nstartUrl http://[::1/\n", 2, "malformed"),
+        ("startUrl http://ok.example/\nstartUrl notaurl\n", 2, "bad startUrl 'notaurl'"),
+        ("exitAtEnd maybe\n", 1, "exitAtEnd is a flag: it takes no value"),
     ],
 )
 def test_errors_name_the_file_and_line(text: str, line: int, words: str):
@@ -95,6 +99,54 @@ def test_check_config_prints_the_effective_configuration():
     text = describe(parse_config("waitDuration 3\nstartUrl http://x/\n"))
     assert "waitDuration         3.0" in text
     assert "connectionsPerHost   1" in text  # defaults are shown too
+
+
+def test_flags_take_on_and_off_words_and_depth_in_site_may_repeat():
+    assert parse_config("exitAtEnd yes\n").exit_at_end
+    assert parse_config("exitAtEnd on\n").exit_at_end
+    assert not parse_config("exitAtEnd off\n").exit_at_end
+    cfg = parse_config("depthInSite 2\nstartUrl http://a.example/\ndepthInSite 3\n")
+    assert cfg.depth_in_site == 3
+
+
+def test_a_single_value_key_set_twice_is_reported_with_both_lines(tmp_path: Path):
+    conf = tmp_path / "c.conf"
+    conf.write_text("httpPort 8081\nFrom a@b\nhttpPort 9\n")
+    result = run_cli("check-config", "-c", str(conf), cwd=tmp_path)
+    assert f"{conf}:3: httpPort is set twice (lines 1 and 3); line 3 wins" in result.stderr
+    assert "httpPort             9" in result.stdout
+    assert parse_config("exitAtEnd\nexitAtEnd\n").warnings
+    assert not parse_config("startUrl http://a.example/\nstartUrl http://b.example/\n"
+                            "output save\noutput links\n").warnings
+
+
+def test_check_config_shows_what_is_in_effect_and_hides_the_token(tmp_path: Path):
+    conf = tmp_path / "c.conf"
+    conf.write_text('inputToken "s3cret-token"\n')
+    result = run_cli("check-config", "-c", str(conf), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = {key: value.strip() for key, _, value in
+             (line.partition(" ") for line in result.stdout.splitlines())
+             if key and not key.startswith("#")}
+    assert lines["output"] == "save"  # the default output, not "(none)"
+    assert "utm_*" in lines["stripParams"] and "(built-in)" in lines["stripParams"]
+    assert "s3cret-token" not in result.stdout and lines["inputToken"] == "(set, not shown)"
+
+
+def test_check_config_piped_into_head_exits_quietly(tmp_path: Path):
+    (tmp_path / "larbin.conf").write_text("From a@b\n")
+    result = subprocess.run(f"{sys.executable} -m larbinpy check-config | head -1", shell=True,
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.stdout.startswith("# effective configuration")
+    assert result.stderr == ""
+
+
+def test_a_bad_start_url_stops_a_crawl_with_exit_2(tmp_path: Path):
+    conf = tmp_path / "bad.conf"
+    conf.write_text(f"stateDir {tmp_path}/state\nexitAtEnd\nstartUrl notaurl\n")
+    result = run_cli("-c", str(conf), cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"{conf}:3: bad startUrl" in result.stderr
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

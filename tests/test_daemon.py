@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shutil
 import signal
 import sys
 import urllib.request
 
 import pytest
-from conftest import free_port, html
+from conftest import free_port, html, until
 
+from larbinpy.config import parse_config
+from larbinpy.crawler import Crawler
+from larbinpy.daemon.progress import Progress
 from larbinpy.demo import Site
 
 
@@ -116,3 +120,46 @@ async def test_status_page_shows_the_figures_in_a_real_browser(make_web):
     assert "pages fetched</th><td>3</td>" in page
     assert "<th>success</th><td>3</td>" in page
     assert '<svg id="chart"' in page or "throughput chart" in page
+
+
+async def test_the_log_says_config_state_ports_and_outputs_at_start(make_web):
+    """Started, stopped with two URLs still queued (waitDuration 30), started again: the log
+    names the file, the state dir (new, then resumed with its count), ports and outputs."""
+    tw = await make_web(web())
+    log = tw.tmp / "larbinpy.log"
+    extra = f"logFile {log}\noutput links\nrobots off\nwaitDuration 30\n"
+    proc, port = await start_daemon(tw, extra)
+    try:
+        await asyncio.to_thread(submit, port, tw.url("d.test"))
+        await until(lambda: json.loads(get(port, "/status.json"))["pages"] >= 1, "a page")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.communicate(), 30)
+    first = log.read_text()
+    assert f"config {tw.tmp / 'larbin.conf'}" in first
+    assert f"stateDir {tw.tmp / 'state'}: new crawl" in first
+    assert f"status page (httpPort) on http://127.0.0.1:{port}/" in first
+    assert f"input port (inputPort) on http://127.0.0.1:{port}/urls" in first
+    assert f"outputs: links in {tw.tmp / 'save'}" in first
+    proc, port = await start_daemon(tw, extra)
+    proc.send_signal(signal.SIGTERM)
+    await asyncio.wait_for(proc.communicate(), 30)
+    again = log.read_text()[len(first):]
+    assert f"stateDir {tw.tmp / 'state'}: resumed, 2 URLs to fetch" in again
+
+
+async def test_without_a_terminal_progress_goes_to_the_log(make_web, monkeypatch, caplog):
+    monkeypatch.setattr(Progress, "LOG_EVERY", 0.5)
+    caplog.set_level(logging.INFO, logger="larbinpy.progress")
+    tw = await make_web(web())
+    crawler = Crawler(parse_config(tw.config_text("")), scratch=True, progress=True)
+    task = asyncio.ensure_future(crawler.run())
+    try:
+        crawler.input.submit([tw.url("d.test")])
+        crawler.changed()
+        await until(lambda: any("pages" in r.getMessage() and "errors 0" in r.getMessage()
+                                for r in caplog.records if r.name == "larbinpy.progress"),
+                    "a progress line in the log")
+    finally:
+        crawler.request_stop()
+        assert await asyncio.wait_for(task, 30) == 0

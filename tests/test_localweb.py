@@ -400,3 +400,44 @@ def _proc_state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return ""
+
+
+def _listen(host: str) -> socket.socket:
+    """A socket listening on a kernel-chosen port of host: a port some other program holds."""
+    sock = socket.socket()
+    sock.bind((host, 0))
+    sock.listen()
+    return sock
+
+
+def test_a_busy_demo_port_is_said_in_one_line() -> None:
+    with _listen("127.0.1.1") as busy:
+        port = busy.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "larbinpy.demo.demoweb", "--http-port", str(port),
+             "--dns-port", str(free_port()), "--", "true"],
+            cwd=ROOT, capture_output=True, text=True, timeout=30,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 1
+    assert f"cannot listen on the demo web's HTTP port {port}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_demo_moves_the_crawler_ports_that_are_busy(tmp_path: Path) -> None:
+    """A daemon already on the crawler's httpPort: the crawler is told another port (and the
+    free inputPort stays as configured)."""
+    with _listen("127.0.0.1") as busy:
+        taken, free = busy.getsockname()[1], free_port()
+        conf = tmp_path / "larbin.conf"
+        conf.write_text(f"httpPort {taken}\ninputPort {free}\n")
+        child = "import sys; print(sys.argv[1:])"
+        proc = subprocess.run(
+            [sys.executable, "-m", "larbinpy.demo.demoweb", "--http-port", str(free_port()),
+             "--dns-port", str(free_port()), "--crawler-conf", str(conf), "--",
+             sys.executable, "-c", child],
+            cwd=ROOT, capture_output=True, text=True, timeout=30,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert f"httpPort {taken} is busy" in proc.stderr
+    args = eval(proc.stdout)  # the child's argv, as Python printed it
+    assert args[0] == "--http-port" and int(args[1]) != taken and len(args) == 2

@@ -10,12 +10,12 @@ import sys
 
 import aiohttp
 import pytest
-from conftest import free_port, html
+from conftest import free_port, html, until
 from prometheus_client.parser import text_string_to_metric_families
 
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
-from larbinpy.daemon.ports import BadSubmission, parse_json_body, parse_text_body
+from larbinpy.daemon.ports import BadSubmission, Ports, parse_json_body, parse_text_body
 from larbinpy.demo import Site
 
 
@@ -135,7 +135,13 @@ METRIC_FAMILIES = [
         ({"data": b"{not json", "headers": {"Content-Type": "application/json"}}, 400, "JSON"),
         ({"json": {"urls": "http://x/"}}, 400, "list of strings"),
         ({"json": {"urls": [], "priority": "high"}}, 400, "priority"),
-        ({"json": {"urls": [], "depth": -1}}, 400, "depth"),
+        ({"json": {"urls": [], "depth": -1}}, 400, "depth must be at least 0"),
+        ({"json": {"urls": [], "depth": 99999999999999999999}}, 400,
+         "depth must be at most 1000000"),
+        ({"data": "http://x/\n", "params": {"depth": "99999999999999999999"},
+          "headers": {"Content-Type": "text/plain"}}, 400, "depth must be at most 1000000"),
+        ({"data": "depth:-3\nhttp://x/\n", "headers": {"Content-Type": "text/plain"}},
+         400, "depth must be at least 0"),
         ({"json": {"urls": [], "force": "maybe"}}, 400, "force"),
         ({"json": {"urls": [], "colour": 1}}, 400, "unknown"),
         ({"data": "priority:high\nhttp://x/\n", "headers": {"Content-Type": "text/plain"}},
@@ -165,12 +171,17 @@ async def test_input_token_is_required_when_set(make_web):
         body = {"urls": [tw.url("one.test")]}
         async with client.post(input_url + "/urls", json=body) as r:
             assert r.status == 401
-        async with client.post(input_url + "/urls", json=body,
-                               headers={"Authorization": "Bearer wrong"}) as r:
-            assert r.status == 401
+            assert r.headers["WWW-Authenticate"].startswith("Bearer")
+        for wrong in ("Bearer wrong", "Basic s3cret", "Bearers3cret", "s3cret"):
+            async with client.post(input_url + "/urls", json=body,
+                                   headers={"Authorization": wrong}) as r:
+                assert r.status == 401, wrong
         assert crawler.stats.urls_seen == 0
         async with client.post(input_url + "/urls", json=body,
-                               headers={"Authorization": "Bearer s3cret"}) as r:
+                               headers={"Authorization": "bearer s3cret"}) as r:
+            assert r.status == 202  # the scheme's case does not matter (RFC 9110)
+        async with client.post(input_url + "/urls", json={"urls": [tw.url("two.test")]},
+                               headers={"Authorization": "BEARER s3cret"}) as r:
             assert r.status == 202
 
 
@@ -231,3 +242,104 @@ async def test_submit_reads_urls_from_stdin(make_web):
         assert "accepted 2, rejected 0" in result.stdout
         status = await wait_idle(client, status_url)
         assert status["outcomes"]["success"] == 5
+
+
+async def _read_to_eof(reader: asyncio.StreamReader) -> bytes:
+    """Everything the server sends until it closes the connection (a guard, not a measure)."""
+    return await asyncio.wait_for(reader.read(), 30)
+
+
+async def _round_trip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    """One keep-alive request on an open connection; its status line."""
+    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length")))
+    await reader.readexactly(length)
+    return head.split(b"\r\n")[0]
+
+
+@pytest.mark.parametrize("sent", [
+    b"",  # silent
+    b"POST /urls HTTP/1.1\r\nHost: x\r\nContent-Type: te",  # a head never finished
+])
+async def test_silent_and_half_sent_heads_are_closed(make_web, monkeypatch, sent):
+    monkeypatch.setattr(Ports, "IDLE_TIMEOUT", 0.5)
+    tw = await make_web(small_web())
+    async with daemon(tw) as (crawler, client, status_url, input_url):
+        reader, writer = await asyncio.open_connection("127.0.0.1", input_url.rsplit(":", 1)[1])
+        writer.write(sent)
+        assert await _read_to_eof(reader) == b""  # closed by the server, without an answer
+        writer.close()
+
+
+async def test_a_half_sent_body_gets_408_and_is_closed(make_web, monkeypatch):
+    monkeypatch.setattr(Ports, "BODY_TIMEOUT", 0.5)
+    tw = await make_web(small_web())
+    async with daemon(tw) as (crawler, client, status_url, input_url):
+        reader, writer = await asyncio.open_connection("127.0.0.1", input_url.rsplit(":", 1)[1])
+        writer.write(b"POST /urls HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+                     b"Content-Length: 100\r\n\r\nhttp://a/\n")
+        answer = await _read_to_eof(reader)
+        assert answer.startswith(b"HTTP/1.1 408") and b"body not sent" in answer
+        writer.close()
+        assert crawler.stats.urls_seen == 0
+
+
+async def test_connections_over_the_cap_are_refused_at_once(make_web, monkeypatch):
+    monkeypatch.setattr(Ports, "MAX_CONNECTIONS", 3)
+    tw = await make_web(small_web())
+    async with daemon(tw) as (crawler, client, status_url, input_url):
+        port = input_url.rsplit(":", 1)[1]
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+        for reader, writer in held:  # each one served, and kept open
+            assert await _round_trip(reader, writer) == b"HTTP/1.1 404 Not Found"
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert (await _read_to_eof(reader)).startswith(b"HTTP/1.1 503")
+        writer.close()
+        held[0][1].close()  # one of the three leaves: a newcomer is served again
+        await until(lambda: _served_now(port), "a connection served below the cap")
+        for _, w in held[1:]:
+            w.close()
+
+
+async def _served_now(port: str) -> bool:
+    """Is a new connection served (not refused)?"""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        return not (await _read_to_eof(reader)).startswith(b"HTTP/1.1 503")
+    finally:
+        writer.close()
+
+
+async def test_deeply_nested_json_gets_400(make_web):
+    tw = await make_web(small_web())
+    async with daemon(tw, "inputMaxBody 1000000\n") as (crawler, client, status_url, input_url):
+        body = '{"urls": ' + "[" * 100_000 + "]" * 100_000 + "}"
+        async with client.post(input_url + "/urls", data=body,
+                               headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 400
+            assert "nested too deeply" in (await r.json())["error"]
+
+
+async def test_every_line_is_accepted_or_rejected_with_a_reason(make_web):
+    """Ten lines that normalise to three URLs: three accepted, seven duplicates in the request;
+    IP literals on a denied network refused in the answer, a name left to the DNS stage."""
+    tw = await make_web(small_web())
+    async with daemon(tw) as (crawler, client, status_url, input_url):
+        one, two = tw.url("one.test"), tw.url("two.test")
+        lines = [one, one.upper().replace("HTTP://", "http://"), one + "#frag", one,
+                 two, two + "#x", two, one + "1.html", one + "1.html#a", one + "1.html"]
+        async with client.post(input_url + "/urls", data="\n".join(lines),
+                               headers={"Content-Type": "text/plain"}) as r:
+            answer = await r.json()
+        assert answer["accepted"] == 3
+        assert len(answer["rejected"]) == 7
+        assert {x["reason"] for x in answer["rejected"]} == {"duplicate in this request"}
+        denied = ["http://10.1.2.3/", "http://[fd00::1]/", "http://192.168.0.1:8080/x"]
+        async with client.post(input_url + "/urls", json={"urls": denied}) as r:
+            answer = await r.json()
+        assert answer["accepted"] == 0
+        assert [x["url"] for x in answer["rejected"]] == denied
+        assert all(x["reason"].startswith("deniedNetwork") for x in answer["rejected"])

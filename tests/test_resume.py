@@ -143,7 +143,8 @@ async def test_a_corrupt_checkpoint_is_refused_not_read_as_empty(make_web):
 async def test_make_run_demo_crawls_the_demo_web(tmp_path):
     shutil.copy(REPO / "larbin.conf", tmp_path / "larbin.conf")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "larbinpy.demo.demoweb", "--", sys.executable, "-m", "larbinpy",
+        sys.executable, "-m", "larbinpy.demo.demoweb", "--crawler-conf", "larbin.conf", "--",
+        sys.executable, "-m", "larbinpy",
         "-c", "larbin.conf", "--scratch", cwd=tmp_path, stderr=asyncio.subprocess.PIPE)
     try:
         _, err = await asyncio.wait_for(proc.communicate(), 120)

@@ -8,33 +8,47 @@ the crawl only through `status.StatusSource` and the `SubmitUrls` callable the c
 A URL may carry an integer tag (larbin's URL_TAGS), kept across redirects and written by the
 `save` and `links` outputs: JSON `"tag": N` for every URL of the body, or `{"url": u, "tag": N}`
 items; text `?tag=N` (or `tag:N` in larbin's first line) for every URL, or `URL N` on a line.
+
+The listeners defend themselves against clients that hold connections: a connection must send
+a whole request head within IDLE_TIMEOUT of opening (or of its previous response: the idle
+keep-alive limit, aiohttp's keep-alive timer), a body within BODY_TIMEOUT (else 408), and at
+most MAX_CONNECTIONS are open at once (the next is answered 503 and closed at once, before it
+costs a file descriptor for long). A JSON body nested deeper than Python's parser allows gets 400.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import ipaddress
 import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from larbinpy.config import Config
 from larbinpy.daemon.status import StatusSource, snapshot
 from larbinpy.daemon.statuspage import metrics_text, render_html
+from larbinpy.net.policy import NetworkPolicy
 
 MAX_PRIORITY = 9  # each priority is a FIFO with its own files: keep their number small
 TAG_MIN, TAG_MAX = -(2**31), 2**31 - 1  # larbin's tags are C ints
+MAX_DEPTH = 1_000_000  # links followed: a chain deeper than this is unbounded in practice
+DUPLICATE_HERE = "duplicate in this request"
+DENIED_NETWORK = "deniedNetwork (an address allowNetworks does not allow)"
 
 
 class BadSubmission(Exception):
     """A request the input port refuses: HTTP status and reason."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(reason)
         self.status, self.reason = status, reason
+        self.headers = headers or {}
 
 
 class Accepted(Protocol):
@@ -59,13 +73,17 @@ class Submission:
 
 
 def _int_param(value: Any, name: str, low: int, high: int | None = None) -> int:
-    """An integer parameter within bounds, or a 400."""
-    if isinstance(value, str) and re.fullmatch(r"-?\d{1,9}", value := value.strip()):
-        value = int(value)  # int() strips less than str.strip(): '0\x1f' would raise
+    """An integer parameter within bounds, or a 400 that states them."""
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", value := value.strip()):
+        # int() strips less than str.strip() ('0\x1f' would raise); a huge number of digits
+        # is out of any bound, and int() would refuse it (or take long) anyway
+        value = int(value) if len(value) <= 19 else (-(10**19) if value[0] == "-" else 10**19)
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadSubmission(400, f"{name} must be an integer")
-    if value < low or (high is not None and value > high):
-        raise BadSubmission(400, f"{name} must be between {low} and {high or 'any'}")
+    if value < low:
+        raise BadSubmission(400, f"{name} must be at least {low}")
+    if high is not None and value > high:
+        raise BadSubmission(400, f"{name} must be at most {high}")
     return value
 
 
@@ -86,6 +104,8 @@ def parse_json_body(body: bytes) -> Submission:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadSubmission(400, f"malformed JSON: {exc}") from None
+    except RecursionError:  # the parser's own bound on nesting; a valid body nests 3 deep
+        raise BadSubmission(400, "malformed JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise BadSubmission(400, "the body must be a JSON object")
     unknown = set(data) - {"urls", "priority", "depth", "force", "tag"}
@@ -98,7 +118,7 @@ def parse_json_body(body: bytes) -> Submission:
     return Submission(
         [_json_url(u, tag) for u in urls],
         _int_param(data.get("priority", 0), "priority", 0, MAX_PRIORITY),
-        _int_param(data["depth"], "depth", 0) if data.get("depth") is not None else None,
+        _int_param(data["depth"], "depth", 0, MAX_DEPTH) if data.get("depth") is not None else None,
         _bool_param(data.get("force", False), "force"),
     )
 
@@ -146,7 +166,7 @@ def parse_text_body(body: bytes, query: dict[str, str]) -> Submission:
     return Submission(
         urls,
         _int_param(params.get("priority", "0"), "priority", 0, MAX_PRIORITY),
-        _int_param(params["depth"], "depth", 0) if "depth" in params else None,
+        _int_param(params["depth"], "depth", 0, MAX_DEPTH) if "depth" in params else None,
         _bool_param(params.get("force", params.get("test", "0")), "force"),
     )
 
@@ -163,15 +183,38 @@ def _larbin_header(line: str) -> dict[str, str]:
     return out
 
 
+_TOO_MANY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+             b"Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n")
+
+
+class _Refuse(asyncio.Protocol):
+    """A connection over MAX_CONNECTIONS: answered 503 and closed at once."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Say why, then hang up."""
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(_TOO_MANY)
+        transport.close()
+
+
 class Ports:
     """The status and input listeners of one crawl."""
 
+    IDLE_TIMEOUT = 15.0  # seconds to send a request head, from connect or the last response
+    BODY_TIMEOUT = 30.0  # seconds to send a whole POST body
+    MAX_CONNECTIONS = 64  # open connections per listener; a crawler's port has few clients
+
     def __init__(self, cfg: Config, source: StatusSource, submit: SubmitUrls,
-                 changed: Callable[[], None]) -> None:
+                 changed: Callable[[], None],
+                 normalize: Callable[[str], str | None] | None = None) -> None:
         self.cfg, self.source = cfg, source
         self.submit_urls = submit
+        # the crawl's normaliser, to tell duplicates within one request (None: as given)
+        self.normalize = normalize or (lambda url: url)
+        self.policy = NetworkPolicy(cfg.allow_networks)  # the DNS stage's rule, from the config
         self.changed = changed  # told after each submission: the crawl may not be idle now
         self.runners: list[web.AppRunner] = []
+        self.listeners: list[asyncio.Server] = []
 
     async def start(self) -> None:
         """Listen on httpPort and inputPort (one listener when equal; 0 disables)."""
@@ -193,11 +236,21 @@ class Ports:
             app.router.add_get("/metrics", self.metrics)
         if submit:
             app.router.add_post("/urls", self.submit)
-        runner = web.AppRunner(app, access_log=None)
+        # aiohttp arms its keep-alive timer at connect too: a silent or half-sent head is closed
+        runner = web.AppRunner(app, access_log=None, keepalive_timeout=self.IDLE_TIMEOUT)
         await runner.setup()
         self.runners.append(runner)
+        server = runner.server
+        assert server is not None
+
+        def protocol() -> asyncio.Protocol:
+            if len(server.connections) >= self.MAX_CONNECTIONS:
+                return _Refuse()
+            return server()
+
         try:
-            await web.TCPSite(runner, self.cfg.http_host, port).start()
+            self.listeners.append(await asyncio.get_running_loop().create_server(
+                protocol, self.cfg.http_host, port, backlog=128))
         except OSError as exc:
             key = "httpport" if status else "inputport"
             raise self.cfg.error(key, f"cannot listen on {self.cfg.http_host}:{port}: "
@@ -205,6 +258,9 @@ class Ports:
 
     async def stop(self) -> None:
         """Close the listeners."""
+        for listener in self.listeners:
+            listener.close()
+        self.listeners.clear()
         for runner in self.runners:
             await runner.cleanup()
         self.runners.clear()
@@ -228,14 +284,51 @@ class Ports:
             self._authorize(request)
             sub = await self._parse(request)
         except BadSubmission as exc:
-            return web.json_response({"error": exc.reason}, status=exc.status)
-        result = self.submit_urls(sub.urls, sub.priority, sub.depth, sub.force)
+            response = web.json_response({"error": exc.reason}, status=exc.status,
+                                         headers=exc.headers)
+            if exc.status == 408:  # the rest of a late body may still come: not a request
+                response.force_close()
+            return response
+        urls, refused = self._screen(sub.urls)
+        result = self.submit_urls(urls, sub.priority, sub.depth, sub.force)
         self.changed()
         return web.json_response(
             {"accepted": result.accepted,
-             "rejected": [{"url": u, "reason": r} for u, r in result.rejected]},
+             "rejected": [{"url": u, "reason": r} for u, r in refused + result.rejected]},
             status=202,
         )
+
+    def _screen(self, urls: list[str | tuple[str, int]]
+                ) -> tuple[list[str | tuple[str, int]], list[tuple[str, str]]]:
+        """What the port can refuse itself, so every line gets an answer: a repeat within the
+        request, and an IP-literal host on a network the policy denies (a name is resolved
+        later, by the DNS stage, and refused there). Invalid URLs are the input stage's."""
+        kept: list[str | tuple[str, int]] = []
+        refused: list[tuple[str, str]] = []
+        here: set[str] = set()
+        for item in urls:
+            raw = item if isinstance(item, str) else item[0]
+            url = self.normalize(raw.strip())
+            if url is None:
+                kept.append(item)
+            elif url in here:
+                refused.append((raw, DUPLICATE_HERE))
+            elif not self._network_ok(url):
+                here.add(url)
+                refused.append((raw, DENIED_NETWORK))
+            else:
+                here.add(url)
+                kept.append(item)
+        return kept, refused
+
+    def _network_ok(self, url: str) -> bool:
+        """False for a URL whose host is an IP address the network policy denies."""
+        try:
+            host = urlsplit(url).hostname or ""
+            ip = ipaddress.ip_address(host) if host[-1:].isdigit() or ":" in host else None
+        except ValueError:
+            return True  # not an address: the DNS stage decides
+        return ip is None or self.policy.allowed(str(ip))
 
     def _authorize(self, request: web.Request) -> None:
         """403 for a browser page's request; 401 unless the bearer token matches (if set)."""
@@ -246,18 +339,24 @@ class Ports:
         token = self.cfg.input_token
         if token is None:
             return
-        given = request.headers.get("Authorization", "")
-        expected = f"Bearer {token}"
-        # constant time: the comparison must not tell how much of a guess was right
-        if not hmac.compare_digest(given.encode(), expected.encode()):
-            raise BadSubmission(401, "missing or wrong bearer token")
+        scheme, _, given = request.headers.get("Authorization", "").strip().partition(" ")
+        # the scheme is case-insensitive (RFC 9110 11.1); the token is compared in constant
+        # time: the comparison must not tell how much of a guess was right
+        right = hmac.compare_digest(given.strip().encode(), token.encode())
+        if scheme.lower() != "bearer" or not right:
+            raise BadSubmission(401, "missing or wrong bearer token",
+                                {"WWW-Authenticate": 'Bearer realm="larbinpy input"'})
 
     async def _parse(self, request: web.Request) -> Submission:
         """Read (bounded) and parse the body by content type."""
         limit = self.cfg.input_max_body
         if request.content_length is not None and request.content_length > limit:
             raise BadSubmission(413, f"body over inputMaxBody ({limit} bytes)")
-        body = await self._read_capped(request, limit)
+        try:
+            async with asyncio.timeout(self.BODY_TIMEOUT):
+                body = await self._read_capped(request, limit)
+        except TimeoutError:
+            raise BadSubmission(408, f"body not sent within {self.BODY_TIMEOUT:g} s") from None
         if request.content_type == "application/json":
             sub = parse_json_body(body)
         elif request.content_type in ("text/plain", "application/octet-stream", ""):

@@ -1,10 +1,12 @@
-"""What the operator sees in the terminal: a live one-line display and a final summary.
+"""What the operator sees: a live one-line display in a terminal, the same line in the log
+every LOG_EVERY seconds without one (systemd, nohup, CI), and a final summary.
 
 Not a pipeline stage: it only reads the crawl's gauges (`status.StatusSource`) once a second.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 
@@ -20,12 +22,20 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TB"
 
 
+log = logging.getLogger("larbinpy.progress")
+
+
 class Progress:
-    """Live line on stderr (only in a terminal) and the summary line (always)."""
+    """Live line on stderr in a terminal, else a log line now and then; the summary always."""
+
+    LOG_EVERY = 60.0  # seconds between two progress lines in the log (no terminal)
 
     def __init__(self, source: StatusSource, enabled: bool) -> None:
         self.source = source
-        self.enabled = enabled and sys.stderr.isatty()
+        terminal = sys.stderr.isatty()
+        self.enabled = enabled and terminal
+        self.logged = enabled and not terminal  # a log has no live line: a line now and then
+        self.last_logged = time.monotonic()
 
     def line(self) -> str:
         """pages, pages/s, bytes/s, queue, errors."""
@@ -38,10 +48,13 @@ class Progress:
         )
 
     def update(self) -> None:
-        """Redraw the live line."""
+        """Redraw the live line, or log it when LOG_EVERY seconds have passed."""
         if self.enabled:
             sys.stderr.write("\r\x1b[2K" + self.line())
             sys.stderr.flush()
+        elif self.logged and time.monotonic() - self.last_logged >= self.LOG_EVERY:
+            self.last_logged = time.monotonic()
+            log.info("progress: %s", self.line())
 
     def summary(self) -> None:
         """One final line: what the crawl did."""

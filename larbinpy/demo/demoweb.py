@@ -1,6 +1,7 @@
 """The small demo web that `make run` crawls, and the runner that serves it around a command.
 
-    python -m larbinpy.demo.demoweb [--dns-port 15353] [--http-port 18080] -- CMD ARGS...
+    python -m larbinpy.demo.demoweb [--dns-port 15353] [--http-port 18080]
+                                    [--crawler-conf larbin.conf] -- CMD ARGS...
     python -m larbinpy.demo.demoweb --serve-only
 
 Four hosts on three loopback IPs (blog and docs share 127.0.1.2, to show per-IP politeness),
@@ -9,6 +10,10 @@ all, a Crawl-delay), redirects, links to files with forbidden extensions, one 40
 link to a host that is not in DNS. Everything is reachable from DEMO_START_URL within depth 3.
 The runner starts the DNS and HTTP servers, runs CMD as a child (in its own process group, with
 SIGINT/SIGTERM forwarded once), stops the servers and exits with the child's exit code.
+With `--crawler-conf`, the crawler's httpPort and inputPort that are busy on this machine (another
+daemon on 8081, say) are moved to free ports, passed to CMD as `--http-port N --input-port N`,
+so that `make run` works wherever it runs. A busy demo port (18080, 15353: larbin.conf names
+them) is said in one line, not a traceback.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import html
 import os
 import re
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -297,11 +303,66 @@ async def start_demo(http_port: int = DEMO_HTTP_PORT, dns_port: int = DEMO_DNS_P
 
     sites = demo_sites(http_port)
     web = LocalWeb(sites, port=http_port, record=record)
-    await web.start()
+    try:
+        await web.start()
+    except OSError as exc:
+        raise DemoPortBusy(f"the demo web's HTTP port {http_port}", exc) from None
     if http_port == 0:  # absolute links must carry the port actually bound
         for site, fresh in zip(sites, demo_sites(web.port), strict=True):
             site.pages = fresh.pages
-    return web, await start_dns_for(web, dns_port)
+    try:
+        return web, await start_dns_for(web, dns_port)
+    except OSError as exc:
+        await web.stop()
+        raise DemoPortBusy(f"the demo DNS port {dns_port}", exc) from None
+
+
+class DemoPortBusy(OSError):
+    """A port the demo must serve on cannot be had (in use, most likely)."""
+
+    def __init__(self, what: str, exc: OSError) -> None:
+        super().__init__(exc.errno, f"cannot listen on {what}: {exc.strerror or exc}")
+
+
+def free_crawler_ports(conf: str) -> list[str]:
+    """`--http-port N --input-port N` for the crawler's ports that are busy here (a port both
+    keys share moves once); [] when they are free or off."""
+    from larbinpy.config import load_config
+
+    cfg = load_config(conf)
+    moved: dict[int, int] = {}
+    args: list[str] = []
+    for port, option, key in ((cfg.http_port, "--http-port", "httpPort"),
+                              (cfg.input_port, "--input-port", "inputPort")):
+        if not port or (port not in moved and _can_listen(cfg.http_host, port)):
+            continue
+        if port not in moved:
+            moved[port] = _free_port(cfg.http_host)
+            print(f"larbinpy demo: {key} {port} is busy on {cfg.http_host}: the crawler "
+                  f"listens on {moved[port]} instead", file=sys.stderr)
+        args += [option, str(moved[port])]
+    return args
+
+
+def _can_listen(host: str, port: int) -> bool:
+    """Could a server listen on host:port now (as asyncio's would, with SO_REUSEADDR)?"""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port(host: str) -> int:
+    """A port the kernel says is free on host."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+    return port
 
 
 async def _run_child(cmd: list[str]) -> int:
@@ -362,7 +423,13 @@ async def _serve_forever(web: LocalWeb, dns: DnsServer) -> int:
 
 async def _main(args: argparse.Namespace, cmd: list[str]) -> int:
     """Serve the demo around the child command (or forever)."""
-    web, dns = await start_demo(args.http_port, args.dns_port, record=False)
+    try:
+        web, dns = await start_demo(args.http_port, args.dns_port, record=False)
+    except DemoPortBusy as exc:
+        print(f"larbinpy demo: {exc.strerror}. Is another `make run` or demo still running? "
+              "Stop it, or free the port (larbin.conf's startUrl and dnsServers name the "
+              "demo's ports).", file=sys.stderr)
+        return 1
     try:
         print(f"larbinpy demo: serving {_pages_count(list(web.sites.values()))} pages on "
               f"{len(web.sites)} hosts at {web.url(WWW)} (DNS {dns.address})", file=sys.stderr)
@@ -387,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dns-port", type=int, default=DEMO_DNS_PORT)
     p.add_argument("--http-port", type=int, default=DEMO_HTTP_PORT)
     p.add_argument("--serve-only", action="store_true", help="serve until killed")
+    p.add_argument("--crawler-conf", default=None, metavar="LARBIN_CONF",
+                   help="the crawler's larbin.conf: its busy ports are moved (CMD gets "
+                   "--http-port/--input-port)")
     opts, cmd = _split_argv(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(opts)
     if not cmd and not args.serve_only:
@@ -394,6 +464,14 @@ def main(argv: list[str] | None = None) -> int:
     if problem := missing_extra("larbinpy demo", "dnslib", "demo"):
         print(problem, file=sys.stderr)
         return 1
+    if args.crawler_conf and cmd:
+        from larbinpy.config import ConfigError
+
+        try:
+            cmd += free_crawler_ports(args.crawler_conf)
+        except ConfigError as exc:
+            print(f"larbinpy demo: {exc}", file=sys.stderr)
+            return 2
     return asyncio.run(_main(args, cmd))
 
 

@@ -23,7 +23,7 @@ class HostLookup(Protocol):
     policy: NetworkPolicy  # the addresses URLs may reach (allowNetworks)
 
     def lookup(self, host: str) -> Awaitable[list[str]]:
-        """Addresses of a host ([] if it failed)."""
+        """Addresses of a host ([] if it failed), as a future the caller may cancel."""
         ...
 
 
@@ -39,6 +39,8 @@ class CrawlerResolver(AbstractResolver):
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         """Allowed addresses of `host`; DeniedNetworkError or OSError otherwise."""
+        # the stage gives each caller a future of its own: an aiohttp timeout cancelling this
+        # await cancels only that future, never the query other fetches and sites wait on
         ips = await self.dns.lookup(host)
         if not ips:
             raise OSError(f"cannot resolve {host}")

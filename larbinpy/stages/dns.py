@@ -2,10 +2,12 @@
 
 aiodns queries on the crawl's own event loop (no c-ares thread: `LoopResolver`), at most
 `dnsConnexions` in flight (a fixed pool of workers over a queue), one query per host however
-many sites or fetches wait for it (the future is registered before the first await, as in
-aiohttp's connector), a per-host cache that honours the TTL within a floor and a ceiling, and
-a negative cache for failures. The same cache answers the HTTP clients (`lookup`, through
-`net.resolver.CrawlerResolver`), so a fetch never makes a DNS query of its own.
+many sites or fetches wait for it (the query's future is registered before the first await, and
+each waiter gets a future of its own over it, as in aiohttp's connector: a waiter cancelled by
+its fetch's timeout cancels only itself, never the query nor the worker), a per-host cache
+that honours the TTL within a floor and a ceiling, and a negative cache for failures. The same
+cache answers the HTTP clients (`lookup`, through `net.resolver.CrawlerResolver`), so a fetch
+never makes a DNS query of its own.
 
 A failure (NXDOMAIN, no address, or a server that never answers) is cached for NEGATIVE_TTL:
 the site's queued URLs are dropped as noDNS, and URLs arriving meanwhile are dropped without a
@@ -120,12 +122,12 @@ class Dns:
             fut: asyncio.Future[list[str]] = loop.create_future()
             fut.set_result(hit[0])
             return fut
-        fut = self.inflight.get(host)  # type: ignore[assignment]
-        if fut is None:
+        shared = self.inflight.get(host)
+        if shared is None:
             # registered before any await: every later caller shares this one query
-            fut = self.inflight[host] = loop.create_future()
+            shared = self.inflight[host] = loop.create_future()
             self.queue.put_nowait(host)
-        return fut
+        return _waiter(shared)
 
     def _family_ok(self, ip: str) -> bool:
         """Is this address of a family `ipVersion` allows?"""
@@ -177,7 +179,9 @@ class Dns:
             finally:
                 now = asyncio.get_running_loop().time()
                 self.cache[host] = (now + ttl, ips)
-                self.inflight.pop(host).set_result(ips)
+                shared = self.inflight.pop(host)
+                if not shared.done():  # only the worker settles it; a guard all the same
+                    shared.set_result(ips)
 
     async def _query(self, host: str) -> tuple[list[str], float]:
         """Ask the DNS server(s): (addresses, seconds to cache them)."""
@@ -202,6 +206,27 @@ class Dns:
         (the loop watches them since `LoopResolver`, so closing is the loop's to do)."""
         if self._resolver is not None:
             await self._resolver.close()
+
+
+def _waiter(shared: asyncio.Future[list[str]]) -> asyncio.Future[list[str]]:
+    """A future of one waiter's own over a shared query: cancelling it leaves the query be."""
+    fut: asyncio.Future[list[str]] = shared.get_loop().create_future()
+
+    def copy(done: asyncio.Future[list[str]]) -> None:
+        if fut.done():
+            return
+        if done.cancelled():
+            fut.cancel()
+        else:
+            fut.set_result(done.result())
+
+    def forget(own: asyncio.Future[list[str]]) -> None:
+        if own.cancelled():  # a waiter gone: the query need not call back into it
+            shared.remove_done_callback(copy)
+
+    shared.add_done_callback(copy)
+    fut.add_done_callback(forget)
+    return fut
 
 
 def politeness_key(ip: str) -> str:

@@ -1,0 +1,119 @@
+"""The `larbinpy` command line as an operator uses it: real processes, real files."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from test_ports import daemon, small_web
+
+from larbinpy import __version__
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def larbinpy(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
+             stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the command, as the installed entry point would."""
+    return subprocess.run([sys.executable, "-m", "larbinpy", *args], cwd=cwd, input=stdin,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def test_version_and_usage_name_the_subcommands() -> None:
+    version = larbinpy("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"larbinpy {__version__}"
+    usage = larbinpy("-h")
+    assert usage.returncode == 0
+    assert "{submit,check-config,bench}" in usage.stdout.splitlines()[1]
+
+
+def test_every_option_has_help_text() -> None:
+    for args, options in ((["-h"], ["-v, --verbose", "-q, --quiet"]),
+                          (["check-config", "-h"], ["-c CONFIG, --config CONFIG"]),
+                          (["submit", "-h"], ["--timeout TIMEOUT", "--token TOKEN"])):
+        lines = larbinpy(*args).stdout.splitlines()
+        for option in options:
+            assert help_of(lines, option), f"{option} has no help in {args}"
+
+
+def help_of(lines: list[str], option: str) -> str:
+    """The help argparse printed for `option`: after it on its line and on the lines indented
+    under it (options are indented by two spaces, their help deeper)."""
+    i = next(i for i, x in enumerate(lines) if x.strip().startswith(option))
+    text = [lines[i].strip()[len(option):]]
+    for line in lines[i + 1:]:
+        if not line.startswith("   "):
+            break
+        text.append(line)
+    return " ".join(t.strip() for t in text).strip()
+
+
+def test_global_options_go_before_the_subcommand(tmp_path: Path) -> None:
+    conf = tmp_path / "mine.conf"
+    conf.write_text("startUrl http://example.com/\n")
+    quiet = larbinpy("-q", "check-config", "-c", str(conf))
+    assert quiet.returncode == 0, quiet.stderr
+    assert f"effective configuration of {conf}" in quiet.stdout
+    named = larbinpy("-c", str(conf), "check-config", cwd=tmp_path)
+    assert named.returncode == 0 and str(conf) in named.stdout
+
+
+async def test_submit_reads_larbin_conf_and_the_token_from_the_environment_in_batches(
+        make_web, tmp_path: Path) -> None:
+    """2,500 URLs through a port taking 1,000 per request and a small body: sent in batches,
+    port and limits from the crawler's larbin.conf, the token from LARBINPY_TOKEN."""
+    tw = await make_web(small_web())
+    extra = 'inputToken "t0ken"\ninputMaxUrls 1000\ninputMaxBody 40000\n'
+    async with daemon(tw, extra) as (crawler, client, status_url, input_url):
+        conf = tmp_path / "larbin.conf"
+        conf.write_text(f"inputPort {input_url.rsplit(':', 1)[1]}\n{extra}".replace(
+            'inputToken "t0ken"', 'inputToken "not-this-one"'))
+        urls = "".join(tw.url("one.test", f"/n{i}") + "\n" for i in range(2500))
+        without = await asyncio.to_thread(larbinpy, "submit", "-", cwd=tmp_path, stdin=urls)
+        assert without.returncode == 2 and "401" in without.stderr  # larbin.conf's token
+        sent = await asyncio.to_thread(larbinpy, "submit", "-", cwd=tmp_path, stdin=urls,
+                                       env={"LARBINPY_TOKEN": "t0ken"})
+        assert sent.returncode == 0, sent.stderr
+        assert "accepted 2500, rejected 0" in sent.stdout
+        assert crawler.stats.urls_seen >= 2500
+
+
+async def test_submit_says_when_larbin_conf_turns_the_port_off(tmp_path: Path) -> None:
+    (tmp_path / "larbin.conf").write_text("inputPort 0\n")
+    result = larbinpy("submit", "http://example.com/", cwd=tmp_path)
+    assert result.returncode == 2 and "inputPort 0" in result.stderr
+
+
+OLD_PYTHON = '#!/bin/sh\n[ "$1" = -V ] && { echo "Python 3.9.2"; exit 0; }\nexit 1\n'
+
+
+def _old_python(path: Path) -> Path:
+    """An executable that answers like a Python 3.9 (too old for larbinpy) would."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(OLD_PYTHON)
+    path.chmod(0o755)
+    return path
+
+
+def test_make_says_plainly_that_python_is_too_old(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    result = subprocess.run(
+        ["make", "run", f"VENV={venv}", f"PYTHON={_old_python(tmp_path / 'python3.9')}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "larbinpy needs Python 3.11 or later" in result.stderr
+    assert "Python 3.9.2" in result.stderr
+    assert not venv.exists()  # nothing half-made to trip the next run
+
+
+def test_make_remakes_a_venv_left_by_an_older_python(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    _old_python(venv / "bin" / "python")
+    result = subprocess.run(["make", "-n", "run", f"VENV={venv}"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert "made by a Python older than 3.11 (Python 3.9.2): making it again" in result.stdout
+    assert not venv.exists()
