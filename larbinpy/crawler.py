@@ -19,7 +19,7 @@ import itertools
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +29,7 @@ from larbinpy.daemon.ports import Ports
 from larbinpy.daemon.progress import Progress
 from larbinpy.daemon.status import Figures, Gauges
 from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
+from larbinpy.frontier.robotsdb import FileVerdicts, VerdictStore
 from larbinpy.frontier.seen import BitmapSeenSet
 from larbinpy.frontier.sites import Sites, never_forward
 from larbinpy.frontier.state import StateDir
@@ -36,7 +37,7 @@ from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
 from larbinpy.net.client import make_http1, make_session
 from larbinpy.net.policy import NetworkPolicy
 from larbinpy.outputs import Outputs
-from larbinpy.records import Job, Site
+from larbinpy.records import Job, Site, SiteState
 from larbinpy.stages.bandwidth import BandwidthLimiter
 from larbinpy.stages.dns import Dns
 from larbinpy.stages.input import Input, LocalAdmission
@@ -57,6 +58,7 @@ log = logging.getLogger("larbinpy")
 URL_HARD_LIMIT = 64 * 1024
 CONTENT_BITS = 1 << 28  # noDup's digest bitmap (32 MiB)
 SEED_BATCH = 1000
+WAITING_SHOWN = 10  # robots.txt retries named on the status page
 
 
 class Crawler:
@@ -102,11 +104,16 @@ class Crawler:
                            admission, self.sequencer.notify)
         policy = NetworkPolicy(cfg.allow_networks)  # one for DNS and robots.txt redirects
         self.outputs = Outputs(cfg, self.stats)
+        # robots.txt verdicts outlive the process: stateDir's file, behind Redis in a cluster
+        self.verdicts: VerdictStore = FileVerdicts(self.state.robots_path())
+        if cluster is not None:
+            self.verdicts = cluster.verdicts(self.verdicts)
         self.robots = Robots(
             cfg, self.stats, self.sites, policy,
             # archives record robots.txt exchanges too
             record=self.outputs.record_robots if self.outputs.keep_raw else None,
             on_sitemaps=self.input.add_sitemaps,  # Sitemap: lines, fed to input like links
+            store=self.verdicts,
         )
         self.limiter = BandwidthLimiter(cfg.max_bandwidth) if cfg.max_bandwidth else None
         self.parser = Parser(cfg, self.stats, self.normalizer, self.input, self.outputs,
@@ -154,7 +161,10 @@ class Crawler:
         self._changed.set()
 
     def _resolved(self, site: Site) -> None:
-        """DNS answered for a site: on to the opener."""
+        """DNS answered for a site: a stored robots.txt verdict applies, then on to the
+        opener."""
+        if site.state is SiteState.ROBOTS:
+            self.robots.recall(site)
         self.opener.consider(site)
         self.changed()
 
@@ -171,13 +181,32 @@ class Crawler:
     def figures(self) -> Figures:
         """Every figure of the status page, status.json and /metrics (walks the sites)."""
         sites = self.sites.by_key.values()
+        now = asyncio.get_running_loop().time()
         return Figures(
             gauges=self.gauges(), site_states=self.sites.count_by_state(),
             sites_parked=sum(1 for s in sites if s.timer is not None or s.waiting_ip),
             outputs=self.outputs.status(),
             cluster=self.cluster.status() if self.cluster is not None else None,
             version=self.version, tls_verify=self.cfg.tls_verify, proxy=self.cfg.proxy,
+            waiting_for=self._waiting_for(sites, now),
         )
+
+    def _waiting_for(self, sites: Iterable[Site], now: float) -> tuple[str, ...]:
+        """When not idle: the robots.txt retries the crawl waits for (the soonest first,
+        at most WAITING_SHOWN), then how many sites are parked on a politeness timer."""
+        retries = sorted((s.ready_at, s.key) for s in sites
+                         if s.robots_failures and s.state is SiteState.ROBOTS
+                         and self.sites.has_work(s))
+        wall = time.time() - now
+        shown = [f"robots.txt retry of {key} at "
+                 f"{time.strftime('%H:%M:%S', time.gmtime(wall + at))} UTC"
+                 for at, key in retries[:WAITING_SHOWN]]
+        if len(retries) > WAITING_SHOWN:
+            shown.append(f"{len(retries) - WAITING_SHOWN} more robots.txt retries")
+        parked = sum(1 for s in sites if s.timer is not None) - len(retries)
+        if parked > 0:
+            shown.append(f"{parked} sites parked on a politeness timer")
+        return tuple(shown)
 
     # --- run ---
 
@@ -237,6 +266,7 @@ class Crawler:
         """Put back what the last checkpoint held in memory, and restart spilled sites."""
         waiting = len(self.frontier) + len(self.spill) + len(self.saved.jobs)
         self.resumed = waiting  # for the start-up log line
+        self.stats.urls_seen = max(self.stats.urls_seen, self.saved.urls_seen)
         self.input.restore(self.saved.jobs)
         for key in list(self.spill.sites()):
             self.sites.adopt(key)
@@ -311,13 +341,14 @@ class Crawler:
         self.parser.flush()
         self.outputs.flush()
         self.seen.flush()
+        self.verdicts.compact()
         if self.contents is not None:
             self.contents.flush()
         for queue in (self.frontier, self.spill):
             queue.flush()
             queue.sync()
         frontier, spill = self.frontier.positions(), self.spill.positions()
-        self.state.write_checkpoint(frontier, spill, self.in_memory())
+        self.state.write_checkpoint(frontier, spill, self.in_memory(), self.stats.urls_seen)
         self.frontier.release(frontier)
         self.spill.release(spill)
 
@@ -365,6 +396,7 @@ class Crawler:
     def _close(self) -> None:
         """Release files."""
         self.outputs.close()
+        self.verdicts.close()
         self.seen.close()
         if self.contents is not None:
             self.contents.close()

@@ -13,6 +13,9 @@ crawler (`crawler.py`) builds the stages on this node's seams instead of the emb
   `Cluster.robots_fetch` wrap the reader's and robots' fetch -- a fetched job leaves the
   node's pending hash (`streams.Fetched`), and with `waitDuration` > 0 every fetch, robots.txt
   too, takes its IP's lease (`ipclock.py`);
+* the robots stage's `VerdictStore` (`frontier/robotsdb.py`): `robots_shared.SharedVerdicts`
+  -- verdicts learned go to Redis with their expiry too, and a site new to this node (handed
+  over) looks there before fetching robots.txt;
 * "is the crawl done?": `Crawler.idle()` adds `Cluster.idle()` (nothing buffered for Redis),
   and with `exitAtEnd` the crawl ends when `termination.py` says the whole cluster is done.
 
@@ -48,10 +51,12 @@ from larbinpy.cluster.ipclock import IpClock
 from larbinpy.cluster.link import Link
 from larbinpy.cluster.membership import Membership
 from larbinpy.cluster.redis_seen import Admission
+from larbinpy.cluster.robots_shared import SharedVerdicts
 from larbinpy.cluster.streams import Fetched, Inbox, Outbox
 from larbinpy.cluster.termination import Termination
 from larbinpy.config import Config, ConfigError
 from larbinpy.frontier.interface import Frontier
+from larbinpy.frontier.robotsdb import VerdictStore
 from larbinpy.frontier.seen import BitmapSeenSet
 from larbinpy.frontier.sites import Sites
 from larbinpy.links.urls import site_key
@@ -103,6 +108,7 @@ class Cluster:
         self.inbox = Inbox(self.link, frontier, self.next_seq, self._queued)
         self.outbox = Outbox(self.link, self.beat, self.route)
         self.tasks: list[asyncio.Task[Any]] = []
+        self.shared_verdicts: SharedVerdicts | None = None
         self.closed = False
         self._last_beat = 0.0
 
@@ -134,6 +140,11 @@ class Cluster:
     def robots_fetch(self, fetch: RobotsFetch) -> RobotsFetch:
         """robots.txt's fetch as a node runs it: under its IP's lease (`waitDuration` > 0)."""
         return fetch if self.ipclock is None else self.ipclock.wrap_robots(fetch)
+
+    def verdicts(self, local: VerdictStore) -> VerdictStore:
+        """The robots stage's verdict store: Redis in front of `local`."""
+        self.shared_verdicts = SharedVerdicts(self.link, local)
+        return self.shared_verdicts
 
     def forward(self, key: str, job: Job) -> bool:
         """The site table's `Forward`: True when another node owns the job's site (the outbox
@@ -190,7 +201,9 @@ class Cluster:
 
     def idle(self) -> bool:
         """Nothing waiting for Redis: admission, outbox, inbound entries not acknowledged."""
-        return self.admission.idle() and self.outbox.idle() and not self.inbox.busy
+        shared = self.shared_verdicts
+        return (self.admission.idle() and self.outbox.idle() and not self.inbox.busy
+                and (shared is None or shared.idle()))
 
     @property
     def done(self) -> bool:
@@ -258,6 +271,8 @@ class Cluster:
         await self._end_loops()
         await self.admission.drain()
         await self.outbox.drain()
+        if self.shared_verdicts is not None:
+            await self.shared_verdicts.drain()
         await self.fetched.flush()
         await self.membership.beat(json.dumps(self.figures()))  # final figures
         if self.done:  # the crawl is over: what is left pending is dropped jobs

@@ -39,6 +39,9 @@ class Figures:
     version: str
     tls_verify: bool
     proxy: tuple[str, int] | None
+    # when not idle, what the crawl waits for: robots.txt retries (site and time), sites
+    # parked on politeness timers
+    waiting_for: tuple[str, ...] = ()
 
 
 class StatusSource(Protocol):
@@ -94,6 +97,7 @@ def snapshot(source: StatusSource) -> dict[str, Any]:
         "tls_verify": f.tls_verify,
         "proxy": "{}:{}".format(*f.proxy) if f.proxy else None,
         "idle": g.idle,
+        "waiting_for": [] if g.idle else list(f.waiting_for),
         # scale-out: this node's id, every node's figures and the totals (cluster/__init__.py)
         "cluster": f.cluster,
         "stopping": g.stopping,

@@ -78,6 +78,7 @@ def render_html(s: dict[str, Any]) -> str:
          else "NOT CHECKED (tlsVerify off)"),
         ("proxy", s.get("proxy") or "none"),
         ("state", _state(s)),
+        *[("waiting for", w) for w in s.get("waiting_for", [])],
     ]
     queues = [(f"priority {p}", n) for p, n in s["queued_per_priority"].items()] or [
         ("all priorities", 0)]

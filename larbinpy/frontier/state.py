@@ -8,9 +8,11 @@ Layout:
   is pushed and flushed there *before* its URL is marked seen, so these files are also the
   journal of everything accepted.
 - `spill/`: per-site queues beyond the in-memory window (`diskqueue.SiteSpill`).
-- `checkpoint`: the read cursors of the FIFOs and spill files at the last checkpoint, plus the
-  jobs that were in memory then (site windows, fetches in flight), with a line count and a
-  CRC; written to a temporary file, fsynced, renamed.
+- `robots.jsonl`: the robots.txt verdicts learned (`robotsdb.FileVerdicts`), appended as
+  learned, compacted at checkpoints.
+- `checkpoint`: the URLs seen so far (a count, for the figures), the read cursors of the
+  FIFOs and spill files at the last checkpoint, plus the jobs that were in memory then (site
+  windows, fetches in flight), with a line count and a CRC;
 
 After a `kill -9`, a restart reopens the FIFOs and spill files at the checkpoint's cursors and
 re-queues its jobs: everything accepted is there; jobs fetched since the checkpoint are fetched
@@ -46,6 +48,7 @@ class Saved:
     frontier: dict[int, Position] = field(default_factory=dict)
     spill: dict[str, Position] = field(default_factory=dict)
     jobs: list[Job] = field(default_factory=list)
+    urls_seen: int = 0  # URLs accepted by the seen-set up to this checkpoint
     fresh: bool = True  # no checkpoint at all: a new crawl
 
 
@@ -76,7 +79,8 @@ class StateDir:
         for p in self.root.iterdir():
             if p.name in ("frontier", "spill") and p.is_dir():
                 shutil.rmtree(p)
-            elif p.name == "meta.json" or p.name.startswith(("journal.", "checkpoint")) or (
+            elif p.name == "meta.json" or p.name.startswith(
+                    ("journal.", "checkpoint", "robots.")) or (
                 p.suffix == ".bitmap"
             ):
                 p.unlink()
@@ -104,6 +108,10 @@ class StateDir:
         """Path of a bitmap file (seen, contents)."""
         return self.root / f"{name}.bitmap"
 
+    def robots_path(self) -> Path:
+        """Path of the robots.txt verdicts file."""
+        return self.root / "robots.jsonl"
+
     def load(self) -> Saved:
         """The last checkpoint (an empty Saved when there is none)."""
         path = self.root / "checkpoint"
@@ -124,14 +132,17 @@ class StateDir:
             {int(p): tuple(pos) for p, pos in cursors["frontier"].items()},  # type: ignore[misc]
             {k: tuple(pos) for k, pos in cursors["spill"].items()},  # type: ignore[misc]
             jobs,
+            urls_seen=int(cursors.get("urls_seen", 0)),
             fresh=False,
         )
 
     def write_checkpoint(
-        self, frontier: dict[int, Position], spill: dict[str, Position], jobs: Iterable[Job]
+        self, frontier: dict[int, Position], spill: dict[str, Position], jobs: Iterable[Job],
+        urls_seen: int = 0,
     ) -> None:
         """Durably replace the checkpoint (temporary file, fsync, rename, fsync the folder)."""
-        cursors = json.dumps({"frontier": frontier, "spill": spill}, separators=(",", ":"))
+        cursors = json.dumps({"frontier": frontier, "spill": spill, "urls_seen": urls_seen},
+                             separators=(",", ":"))
         body = (cursors + "\n" + encode_jobs(list(jobs))).encode("utf-8", "surrogateescape")
         crc, count = zlib.crc32(body), body.count(b"\n")
         tmp = self.root / "checkpoint.tmp"

@@ -3,7 +3,9 @@
 The opener runs `fetch` as a site's first fetch, so robots.txt requests obey the same
 politeness clocks as pages. RFC 9309's status rules: 2xx parse, 4xx allow all, 5xx or a
 network error means full disallow for now: the site's jobs wait and the fetch is retried
-later, up to `maxRetries` times, then they are dropped as forbiddenRobots. At most 500 KiB
+after RETRY_DELAY (or Retry-After), at most `maxRetries` times per `robotsTtl`; then "complete
+disallow" stands for `robotsTtl`: the site's jobs, and URLs found for it later, are counted
+as forbiddenRobots at once (the site is DEAD), without a fetch or a wait. At most 500 KiB
 is read; redirects are followed by hand up to 5 hops, to other hosts too, each target checked
 against the network policy like any fetch (more hops: "unavailable", allow all). Rules are
 parsed by Protego for the product token of the configured `UserAgent` ("larbinpy" of
@@ -13,6 +15,12 @@ gives one. A certificate that fails verification ends the site at once: its URLs
 as tlsError (retrying would not mend the certificate) until the negative-cache time has passed.
 A `Crawl-delay` larger than `waitDuration` becomes the site's delay, capped by `maxCrawlDelay`;
 with `sitemaps on`, `Sitemap:` lines go to the input stage (`on_sitemaps`).
+
+Every verdict (rules, failures so far, complete disallow) goes to the `VerdictStore` seam
+(`frontier/robotsdb.py`; a cluster's is shared through Redis) with its expiry, and a site
+whose verdict is known there (after a restart, or handed over from another node) is not
+asked again before it expires: `recall` applies it when the site's address is known, and
+`fetch` asks the store once more (a round trip in a cluster) before any request.
 
 Before Protego sees the text (`prepare`): a whole or partial UTF-8 BOM is dropped, invalid
 UTF-8 becomes U+FFFD, lines are cut at 16,664 characters and user-agent values at their first
@@ -35,6 +43,7 @@ from protego import Protego
 from yarl import URL
 
 from larbinpy.config import Config
+from larbinpy.frontier.robotsdb import Verdict, VerdictStore
 from larbinpy.frontier.sites import Sites
 from larbinpy.links.sitemaps import MAX_NESTING
 from larbinpy.net.backoff import retry_after
@@ -123,6 +132,7 @@ class Robots:
         self, cfg: Config, stats: Stats, sites: Sites, policy: NetworkPolicy, *,
         record: Callable[[Page], None] | None = None,
         on_sitemaps: Callable[[str, list[str], int], None] | None = None,
+        store: VerdictStore | None = None,
     ) -> None:
         self.cfg, self.stats, self.sites = cfg, stats, sites
         self.session: aiohttp.ClientSession | None = None
@@ -137,6 +147,8 @@ class Robots:
         self.record = record
         # with `sitemaps on`: where `Sitemap:` lines go (base URL, sitemap URLs, nesting)
         self.on_sitemaps = on_sitemaps
+        # verdicts outliving this process (stateDir, or Redis in a cluster); None: memory only
+        self.store = store
 
     def needs_fetch(self, site: Site, now: float) -> bool:
         """Must robots.txt be (re)fetched before the next page of this site?"""
@@ -146,9 +158,34 @@ class Robots:
         """May this URL be fetched according to the site's robots.txt?"""
         return site.robots is None or site.robots.can_fetch(url, self.agent)
 
+    def recall(self, site: Site) -> None:
+        """The site's address is known: apply a stored verdict, if any, so its first fetch
+        goes straight to its pages (or its URLs are refused at once)."""
+        if self.cfg.robots and self.store is not None and site.robots_expires == 0.0:
+            verdict = self.store.get(site.key)
+            if verdict is not None:
+                self._adopt(site, verdict, asyncio.get_running_loop().time())
+
+    def _adopt(self, site: Site, verdict: Verdict, now: float) -> bool:
+        """Apply a stored verdict; False when it leaves robots.txt to fetch (failures so far)."""
+        expires = now + max(0.0, verdict.expires - time.time())  # wall clock -> loop clock
+        if verdict.disallow:
+            self._give_up(site, expires)
+        elif verdict.failures:
+            site.robots_failures = verdict.failures
+            return False
+        else:
+            self._open(site, verdict.body, expires)
+        return True
+
     async def fetch(self, site: Site) -> None:
         """Fetch and parse the site's robots.txt, or plan a retry."""
         assert self.session is not None
+        if self.store is not None:
+            verdict = await self.store.lookup(site.key)
+            if verdict is not None and self._adopt(site, verdict,
+                                                   asyncio.get_running_loop().time()):
+                return
         self.stats.robots_fetches += 1
         status, data, wait = await self._get(site.key + "/robots.txt")
         now = asyncio.get_running_loop().time()
@@ -204,9 +241,19 @@ class Robots:
             return resp.status, body.data, None, None
 
     def _apply(self, site: Site, data: bytes | None, now: float) -> None:
+        """Rules were fetched: remember them (None = allow all) and open the site."""
+        self._put(site, Verdict(time.time() + self.cfg.robots_ttl, data or None))
+        self._open(site, data, now + self.cfg.robots_ttl)
+
+    def _put(self, site: Site, verdict: Verdict) -> None:
+        """Hand a verdict to the store (when there is one)."""
+        if self.store is not None:
+            self.store.put(site.key, verdict)
+
+    def _open(self, site: Site, data: bytes | None, expires: float) -> None:
         """Rules are known: parse them (None = allow all) and open the site."""
         site.robots = self.shared.get(data) if data else None
-        site.robots_expires = now + self.cfg.robots_ttl
+        site.robots_expires = expires
         site.robots_failures = 0
         site.delay = self.cfg.wait_duration
         if site.robots is not None:
@@ -221,12 +268,24 @@ class Robots:
 
     def _failed(self, site: Site, now: float, wait: float | None = None) -> None:
         """5xx, 429 or unreachable: full disallow for now; retry later (after Retry-After when
-        given), a bounded number of times."""
+        given), at most `maxRetries` times, then complete disallow stands for `robotsTtl`."""
         site.robots_failures += 1
+        until = time.time() + self.cfg.robots_ttl
         if site.robots_failures > self.cfg.max_retries:
-            self.sites.drop(site, Outcome.forbiddenRobots)
-            site.robots_failures = 0
+            self._put(site, Verdict(until, disallow=True))
+            self._give_up(site, now + self.cfg.robots_ttl)
+            return
+        self._put(site, Verdict(until, failures=site.robots_failures))
         site.ready_at = max(site.ready_at, now + (RETRY_DELAY if wait is None else wait))
+
+    def _give_up(self, site: Site, until: float) -> None:
+        """Complete disallow until `until` (loop clock): the site's jobs, and URLs found for it
+        later, are counted as forbiddenRobots at once (a DEAD site refuses them)."""
+        site.state = SiteState.DEAD
+        site.dead_reason = Outcome.forbiddenRobots
+        site.dead_until = until
+        site.robots_failures = 0
+        self.sites.drop(site, Outcome.forbiddenRobots)
 
     def _bad_certificate(self, site: Site, now: float) -> None:
         """The site's certificate did not verify: its URLs are tlsError for a while."""
