@@ -157,3 +157,52 @@ async def test_make_run_demo_crawls_the_demo_web(tmp_path):
     assert summary.startswith("larbinpy: done") and "success" in summary
     index = (tmp_path / "save" / "d00000" / "index").read_text().splitlines()
     assert len(index) >= 40
+
+
+async def test_robots_txt_verdicts_survive_kill_9_and_sigterm(make_web):
+    sites = slow_web()
+    for site in sites:
+        site.pages["/robots.txt"] = Page("User-agent: *\nDisallow: /p39.html\n",
+                                         content_type="text/plain")
+    tw = await make_web(sites)
+    conf = write_conf(tw)
+    hosts = {s.host for s in sites}
+    proc = await start(tw, conf)
+    # a page of every host: each one's verdict was learned (and written) before its pages
+    await until(lambda: {h.host for h in tw.web.hits if h.path.startswith("/p")} == hosts,
+                "a page of every host fetched")
+    proc.send_signal(signal.SIGKILL)
+    await proc.wait()
+    proc = await start(tw, conf)
+    await until_pages(tw, 5)
+    proc.send_signal(signal.SIGTERM)
+    await asyncio.wait_for(proc.communicate(), 30)
+    code, err = await finish(tw, conf)
+    assert code == 0, err
+    robots = Counter(h.host for h in tw.web.hits if h.path == "/robots.txt")
+    assert robots == {host: 1 for host in hosts}  # one request per site over three runs
+    fetched = set(tw.pages_fetched())
+    assert fetched == all_pages(tw) - {tw.url(h, "/p39.html") for h in hosts}  # still obeyed
+
+
+async def finish(tw, conf: Path) -> tuple[int | None, str]:
+    """Run the crawler to its end; (exit code, stderr, whose last line is the summary)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "larbinpy", "-c", str(conf), cwd=tw.tmp,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode, err.decode()
+
+
+async def test_the_summary_after_a_resume_counts_the_urls_of_the_whole_crawl(make_web):
+    tw = await make_web(slow_web())
+    conf = write_conf(tw)
+    proc = await start(tw, conf)
+    await until_pages(tw, 10)  # mid-crawl
+    proc.send_signal(signal.SIGTERM)
+    await asyncio.wait_for(proc.communicate(), 30)
+    code, err = await finish(tw, conf)
+    assert code == 0, err
+    summary = err.strip().splitlines()[-1]
+    seen = int(summary.split(" URLs seen")[0].rsplit(" ", 1)[1])
+    assert seen == len(all_pages(tw)), summary  # every URL once, whichever run saw it

@@ -7,14 +7,20 @@ longest match, wildcards, Crawl-delay and the cache lifetime (`robotsTtl`).
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import hostile as h
 import pytest
 from conftest import TestWeb as _Web
-from conftest import html
+from conftest import html, until
 
+from larbinpy.config import parse_config
+from larbinpy.crawler import Crawler
+from larbinpy.daemon.status import snapshot
+from larbinpy.daemon.statuspage import render_html
 from larbinpy.demo import DnsServer, LocalWeb, Page, Site, redirect
 from larbinpy.stages import robots as robots_stage
 
@@ -157,6 +163,60 @@ async def test_robots_txt_is_cached_for_robots_ttl(make_web):
     tw.web.reset()
     await tw.crawl(f"startUrl {tw.url('ttl.test')}")  # the default: a day
     assert sum(x.path == "/robots.txt" for x in tw.web.hits) == 1
+
+
+def failing_robots_web() -> list[Site]:
+    """good.test (slow pages, linking to bad.test once `link_bad` ran) and bad.test, whose
+    robots.txt answers 500."""
+    good = {"/": html(*[f"/p{i}.html" for i in range(6)])}
+    bad = {"/": html("/y.html"), "/robots.txt": Page(b"", status=500)}
+    return [Site("good.test", "127.0.0.2", good), Site("bad.test", "127.0.0.3", bad)]
+
+
+def link_bad(tw) -> None:
+    """good.test's six slow pages each link to a page of bad.test (its port is known only
+    now): bad.test's URLs keep arriving after its robots.txt failed."""
+    pages = tw.web.sites["good.test"].pages
+    for i in range(6):
+        pages[f"/p{i}.html"] = Page(html(tw.url("bad.test", f"/x{i}.html")).body, delay=0.2)
+
+
+async def test_exhausted_robots_retries_refuse_later_urls_at_once_and_the_crawl_ends(make_web):
+    tw = await make_web(failing_robots_web())
+    link_bad(tw)
+    conf = tw.tmp / "larbin.conf"
+    conf.write_text(tw.config_text(
+        "exitAtEnd\nmaxRetries 0\n"
+        f"startUrl {tw.url('good.test')}\nstartUrl {tw.url('bad.test')}"))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "larbinpy", "-c", str(conf), cwd=tw.tmp,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    bad = [h.path for h in tw.web.hits_for("bad.test")]
+    assert bad == ["/robots.txt"]  # asked once (maxRetries 0), no page of it fetched
+    assert len([h for h in tw.web.hits_for("good.test") if h.path.startswith("/p")]) == 6
+    # its root and the six links found after the verdict, each counted without a request
+    assert "forbiddenRobots 7" in err.decode().strip().splitlines()[-1]
+
+
+async def test_status_shows_the_robots_txt_retry_the_crawl_waits_for(make_web, monkeypatch):
+    monkeypatch.setattr(robots_stage, "RETRY_DELAY", 1.0)
+    tw = await make_web(failing_robots_web())
+    link_bad(tw)
+    cfg = parse_config(tw.config_text(
+        "exitAtEnd\nmaxRetries 1\n"
+        f"startUrl {tw.url('good.test')}\nstartUrl {tw.url('bad.test')}"))
+    crawler = Crawler(cfg, scratch=True)
+    run = asyncio.ensure_future(crawler.run())
+    await until(lambda: tw.web.hits_for("bad.test"), "bad.test's robots.txt asked")
+    await until(lambda: any("robots.txt retry of http://bad.test" in w
+                            for w in snapshot(crawler)["waiting_for"]), "the retry shown")
+    assert "robots.txt retry of http://bad.test" in render_html(snapshot(crawler))
+    await asyncio.wait_for(run, 60)
+    assert [h.path for h in tw.web.hits_for("bad.test")] == ["/robots.txt"] * 2
+    assert crawler.stats.outcomes["forbiddenRobots"] == 7
+    assert snapshot(crawler)["waiting_for"] == []  # done: nothing pending
 
 
 def test_sites_serving_the_same_robots_txt_share_one_parsed_copy() -> None:

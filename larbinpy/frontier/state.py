@@ -12,7 +12,8 @@ Layout:
   learned, compacted at checkpoints.
 - `checkpoint`: the URLs seen so far (a count, for the figures), the read cursors of the
   FIFOs and spill files at the last checkpoint, plus the jobs that were in memory then (site
-  windows, fetches in flight), with a line count and a CRC;
+  windows, fetches in flight), with a line count and a CRC; written to a temporary file,
+  fsynced, renamed.
 
 After a `kill -9`, a restart reopens the FIFOs and spill files at the checkpoint's cursors and
 re-queues its jobs: everything accepted is there; jobs fetched since the checkpoint are fetched
