@@ -232,6 +232,28 @@ async def test_a_node_joining_mid_crawl_takes_over_a_share_of_sites(make_web, re
     assert any(len(owners[h]) == 2 for h in taken), owners
 
 
+async def test_robots_txt_verdicts_travel_with_their_sites_to_a_new_owner(make_web, redis_url):
+    hosts, pages = 9, 8
+    tw = await make_web(grid_web(hosts, pages, delay=0.15))
+    star_hosts(tw, hosts, pages)
+    names = node_names(tw, hosts, 3)
+    n1, t1 = start(tw, redis_url, names[0], f"startUrl {tw.url('h0.test')}")
+    # every site's robots.txt asked (by n1, alone), and some pages: none finished
+    await until(lambda: sum(h.path == "/robots.txt" for h in tw.web.hits) == hosts,
+                "every robots.txt asked")
+    await until_fetched(tw, names[0], hosts + 2)
+    n2, t2 = start(tw, redis_url, names[1])
+    n3, t3 = start(tw, redis_url, names[2])
+    assert await asyncio.gather(t1, t2, t3) == [0, 0, 0]
+    fetched = Counter(tw.pages_fetched())
+    assert set(fetched) == expected_pages(tw, hosts, pages)  # h0's rules obeyed everywhere
+    robots = Counter(h.host for h in tw.web.hits if h.path == "/robots.txt")
+    assert robots == {f"h{h}.test": 1 for h in range(hosts)}  # none asked again by its new owner
+    owners = by_node(tw)
+    assert any(len(owners[h]) >= 2 for h in owners), owners  # sites did change owner
+    assert n2.stats.robots_fetches == n3.stats.robots_fetches == 0
+
+
 async def test_a_node_stopping_cleanly_hands_its_urls_over(make_web, redis_url):
     hosts, pages = 9, 8
     tw = await make_web(grid_web(hosts, pages, delay=0.1))
@@ -273,6 +295,23 @@ async def test_a_stopped_cluster_resumes_under_another_node(make_web, redis_url)
     a2, ta2 = start(tw, redis_url, "a")
     assert await ta2 == 0
     assert len(tw.pages_fetched()) == len(fetched)  # nothing left, nothing fetched again
+
+
+async def test_a_node_restarted_under_its_id_counts_the_urls_it_saw_before(make_web,
+                                                                          redis_url):
+    hosts, pages = 3, 8
+    tw = await make_web(grid_web(hosts, pages, delay=0.1))
+    chain_hosts(tw, hosts)
+    a, ta = start(tw, redis_url, "a", f"startUrl {tw.url('h0.test')}")
+    await until_fetched(tw, "a", 3)  # mid-crawl
+    a.request_stop()
+    assert await ta == 0
+    before = a.stats.urls_seen
+    assert before > 0
+    a2, ta2 = start(tw, redis_url, "a")
+    assert await ta2 == 0
+    assert a2.stats.urls_seen >= before  # not "0 URLs seen": the earlier run's count goes on
+    assert a2.stats.urls_seen == len(expected_pages(tw, hosts, pages)) + 1  # + h0's /p0.html
 
 
 async def test_status_page_and_metrics_show_the_cluster(make_web, redis_url):

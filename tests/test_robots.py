@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from larbinpy.crawler import Crawler
 from larbinpy.daemon.status import snapshot
 from larbinpy.daemon.statuspage import render_html
 from larbinpy.demo import DnsServer, LocalWeb, Page, Site, redirect
+from larbinpy.frontier.robotsdb import COMPACT_SLACK, FileVerdicts, Verdict
 from larbinpy.stages import robots as robots_stage
 
 
@@ -233,3 +235,29 @@ def test_sites_serving_the_same_robots_txt_share_one_parsed_copy() -> None:
     for i in range(robots_stage.SharedRules.MAX_ENTRIES + 10):  # bounded however many files
         shared.get(b"User-agent: *\nDisallow: /%d/\n" % i)
     assert len(shared.parsed) <= robots_stage.SharedRules.MAX_ENTRIES
+
+
+def test_the_verdict_file_drops_expired_and_superseded_verdicts_and_survives_a_torn_line(
+        tmp_path: Path) -> None:
+    path = tmp_path / "robots.jsonl"
+    store = FileVerdicts(path)
+    now = time.time()
+    body = b"User-agent: *\nDisallow: /\xff\xfe/\n"  # not UTF-8: kept byte for byte
+    store.put("http://a.test", Verdict(now + 3600, body))
+    store.put("http://gone.test", Verdict(now - 1, None))  # already expired
+    for n in range(1, 2 * COMPACT_SLACK):  # one site's failures, superseding each other
+        store.put("http://b.test", Verdict(now + 3600, failures=n))
+    store.put("http://c.test", Verdict(now + 3600, disallow=True))
+    store.compact()
+    store.close()
+    assert len(path.read_text().splitlines()) == 3  # bounded: one live verdict per site
+    with open(path, "a") as f:
+        f.write('{"site": "http://d.test", "expi')  # a kill in the middle of a line
+    again = FileVerdicts(path)
+    assert again.get("http://a.test") == Verdict(now + 3600, body)
+    assert again.get("http://b.test").failures == 2 * COMPACT_SLACK - 1
+    assert again.get("http://c.test").disallow
+    assert again.get("http://gone.test") is None and again.get("http://d.test") is None
+    again.put("http://e.test", Verdict(now + 3600))
+    again.close()
+    assert FileVerdicts(path).get("http://e.test") == Verdict(now + 3600)  # not glued on

@@ -216,6 +216,7 @@ class Cluster:
         """Join the cluster, take back this node id's pending URLs, start the tasks."""
         try:
             await self.membership.register(new_crawl=True)
+            await self._restore_figures()
             await self.membership.recover(self.node)  # a previous run's URLs -> own stream
         except (OSError, RedisError) as exc:
             await self.link.close()
@@ -232,6 +233,16 @@ class Cluster:
         if self.cfg.exit_at_end:
             loops.append(self.termination.run())
         self.tasks += map(asyncio.ensure_future, loops)
+
+    async def _restore_figures(self) -> None:
+        """A previous run under this node id: its count of URLs seen goes on (the seen-set
+        in Redis remembers them, so this run would not count them again)."""
+        raw = await self.link.execute("HGET", self.link.key("stats"), self.node)
+        try:
+            previous = int(json.loads(raw)["urls_seen"]) if raw else 0
+        except (ValueError, KeyError, TypeError):
+            previous = 0
+        self.stats.urls_seen = max(self.stats.urls_seen, previous)
 
     async def _heartbeats(self) -> None:
         """Every HEARTBEAT_S: heartbeat, then recover the nodes that are gone."""
