@@ -97,8 +97,9 @@ def snapshot(source: StatusSource) -> dict[str, Any]:
         "tls_verify": f.tls_verify,
         "proxy": "{}:{}".format(*f.proxy) if f.proxy else None,
         "idle": g.idle,
-        "waiting_for": [] if g.idle else list(f.waiting_for),
         # scale-out: this node's id, every node's figures and the totals (cluster/__init__.py)
         "cluster": f.cluster,
         "stopping": g.stopping,
+        # when not idle: robots.txt retries (site, time) and timers the crawl waits for
+        "waiting_for": [] if g.idle else list(f.waiting_for),
     }

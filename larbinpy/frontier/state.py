@@ -142,8 +142,10 @@ class StateDir:
         urls_seen: int = 0,
     ) -> None:
         """Durably replace the checkpoint (temporary file, fsync, rename, fsync the folder)."""
-        cursors = json.dumps({"frontier": frontier, "spill": spill, "urls_seen": urls_seen},
-                             separators=(",", ":"))
+        fields: dict[str, object] = {"frontier": frontier, "spill": spill}
+        if urls_seen:  # absent means none (and older checkpoints have no count)
+            fields["urls_seen"] = urls_seen
+        cursors = json.dumps(fields, separators=(",", ":"))
         body = (cursors + "\n" + encode_jobs(list(jobs))).encode("utf-8", "surrogateescape")
         crc, count = zlib.crc32(body), body.count(b"\n")
         tmp = self.root / "checkpoint.tmp"

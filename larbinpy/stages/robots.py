@@ -286,6 +286,7 @@ class Robots:
         site.dead_until = until
         site.robots_failures = 0
         self.sites.drop(site, Outcome.forbiddenRobots)
+        self.sites.rest(site)  # nothing left to do: its record may be forgotten in time
 
     def _bad_certificate(self, site: Site, now: float) -> None:
         """The site's certificate did not verify: its URLs are tlsError for a while."""
