@@ -194,16 +194,17 @@ class Crawler:
     def _waiting_for(self, sites: Iterable[Site], now: float) -> tuple[str, ...]:
         """When not idle: the robots.txt retries the crawl waits for (the soonest first,
         at most WAITING_SHOWN), then how many sites are parked on a politeness timer."""
-        retries = sorted((s.ready_at, s.key) for s in sites
-                         if s.robots_failures and s.state is SiteState.ROBOTS
-                         and self.sites.has_work(s))
+        retrying = [s for s in sites if s.robots_failures and s.state is SiteState.ROBOTS
+                    and self.sites.has_work(s)]
+        retries = sorted((s.ready_at, s.key) for s in retrying)
         wall = time.time() - now
         shown = [f"robots.txt retry of {key} at "
                  f"{time.strftime('%H:%M:%S', time.gmtime(wall + at))} UTC"
                  for at, key in retries[:WAITING_SHOWN]]
         if len(retries) > WAITING_SHOWN:
             shown.append(f"{len(retries) - WAITING_SHOWN} more robots.txt retries")
-        parked = sum(1 for s in sites if s.timer is not None) - len(retries)
+        parked = sum(1 for s in sites if s.timer is not None) - sum(
+            1 for s in retrying if s.timer is not None)
         if parked > 0:
             shown.append(f"{parked} sites parked on a politeness timer")
         return tuple(shown)
