@@ -189,3 +189,22 @@ def test_an_ascii_page_declaring_utf16_is_read_as_utf8(norm: Normalizer) -> None
     """WHATWG: a <meta> declaring UTF-16 on bytes that are not UTF-16 means UTF-8."""
     body = b'<meta charset="utf-16"><a href="/x">x</a>'
     assert links_of(body, norm) == ["http://example.com/x"]
+
+
+def test_navigation_link_relations_are_followed(norm: Normalizer) -> None:
+    html = (
+        '<link rel="next" href="/n"><link rel="PREV" href="/p"><link rel="up" href="/u">'
+        '<link rel="top" href="/t"><link rel="alternate nofollow" href="/alt">'
+        '<link rel="stylesheet" href="/s.css"><link rel="icon" href="/i.png">'
+        '<link href="/norel"><link rel="next">'
+    )
+    assert links_of(html, norm) == [f"http://example.com/{p}" for p in ("n", "p", "u", "t", "alt")]
+
+
+def test_an_href_over_the_hard_limit_is_counted_not_resolved() -> None:
+    norm = Normalizer(max_length=1000)
+    html = f'<a href="/{"x" * 2000}">long</a><a href="/ok">ok</a>'
+    counted: list[int] = []
+    assert extract_links(html.encode(), PAGE, norm, on_too_long=counted.append) == (
+        ["http://example.com/ok"], 0)
+    assert counted == [1]

@@ -371,3 +371,22 @@ async def test_no_way_in_private_addresses_after_redirects_and_dns(make_web):
     assert tw.web.hits_for("inside.test") == []
     assert {x.ip for x in tw.web.hits} == {"127.0.0.2"}
     assert crawler.stats.outcomes["deniedNetwork"] == 3
+
+
+async def test_navigation_links_charset_names_and_huge_links(make_web):
+    long_link = "/" + "y" * 100_000
+    pages = {
+        "/": Page('<html><head><link rel="next" href="/next.html">'
+                  '<link rel="stylesheet" href="/style.css"></head><body>'
+                  f'<a href="mailtoISO-8859-1.html">charset</a><a href="{long_link}">long</a>'
+                  "</body></html>"),
+        "/next.html": html(), "/mailtoISO-8859-1.html": html(), "/style.css": html(),
+    }
+    tw = await make_web([Site("nav.test", "127.0.0.2", pages)])
+    crawler = await tw.crawl(f"startUrl {tw.url('nav.test')}\nrobots off")
+    paths = Counter(x.path for x in tw.web.hits)
+    assert paths["/next.html"] == 1  # <link rel=next>, as wget follows it
+    assert paths["/mailtoISO-8859-1.html"] == 1  # "8859-1" is no calendar date
+    assert "/style.css" not in paths
+    assert long_link not in paths
+    assert crawler.stats.outcomes["trap"] == 1  # the 100,000-character link, counted
