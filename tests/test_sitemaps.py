@@ -146,3 +146,23 @@ def test_sitemap_urls_get_sitemap_priority_and_full_depth():
         ("http://a.test/s.xml", 7, 2, JobKind.SITEMAP),
         ("http://a.test/p", 7, 3, 0), ("http://a.test/q", 7, 3, 0)]
     assert inp.stats.outcomes["tooDeep"] == 1
+
+
+async def test_a_sitemap_lists_only_urls_of_its_own_host(make_web):
+    tw = await make_web([Site("own.test", "127.0.0.2", {"/": html()}),
+                         Site("other.test", "127.0.0.3", {"/": html(), "/victim.html": html()})])
+    own = lambda path: tw.url("own.test", path)  # noqa: E731
+    other = lambda path: tw.url("other.test", path)  # noqa: E731
+    tw.web.sites["own.test"].pages.update({
+        "/robots.txt": Page(f"Sitemap: {own('/sm.xml')}\nSitemap: {own('/idx.xml')}\n",
+                            content_type="text/plain"),
+        "/sm.xml": Page(urlset(own("/mine.html"), other("/victim.html")), content_type=XML),
+        "/idx.xml": Page(index(other("/theirs.xml")), content_type=XML),
+        "/mine.html": html(),
+    })
+    tw.web.sites["other.test"].pages["/theirs.xml"] = Page(urlset(other("/")), content_type=XML)
+    crawler = await tw.crawl(f"startUrl {own('/')}")
+    fetched = set(tw.fetched())
+    assert own("/mine.html") in fetched
+    assert other("/victim.html") not in fetched and other("/theirs.xml") not in fetched
+    assert crawler.stats.outcomes["outOfScope"] == 2  # the page and the sitemap of other.test
