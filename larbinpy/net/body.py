@@ -21,7 +21,7 @@ import re
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import aiohttp
@@ -165,54 +165,70 @@ async def read_body(
         raise BodyError(Outcome.tooBig)  # said up front: do not read it at all
     limit_reading = getattr(resp, "limit_reading", None)
     if limit_reading is not None:  # http1.Response: it watches every byte and the rate itself
-        limit_reading(limit, min_rate, MIN_RATE_GRACE)
+        limit_reading(limit, min_rate, MIN_RATE_GRACE, truncate)
         min_rate = 0.0
     else:  # aiohttp's: its connection counts the body's bytes, if it is a CountingHandler
         protocol = getattr(getattr(resp, "connection", None), "protocol", None)
         if isinstance(protocol, CountingHandler):
             protocol.limit_reading(limit + FRAMING_ALLOWANCE)
+            got = _Got()
             try:
-                return await _read(resp, limit, inflate, keep_raw, limiter, min_rate, truncate)
+                await _read(resp, got, limit, inflate, keep_raw, limiter, min_rate, truncate)
             except aiohttp.ClientPayloadError:
-                if protocol.over_budget:  # we cut it: the body was too big, not broken
+                if not protocol.over_budget:
+                    raise
+                if not truncate:  # we cut it: the body was too big, not broken
                     raise BodyError(Outcome.tooBig) from None
-                raise
             finally:
                 protocol.budget = None  # a kept-alive connection's next answer: its own budget
-    return await _read(resp, limit, inflate, keep_raw, limiter, min_rate, truncate)
+            return got.body(limit, keep_raw)
+    got = _Got()
+    await _read(resp, got, limit, inflate, keep_raw, limiter, min_rate, truncate)
+    return got.body(limit, keep_raw)
+
+
+@dataclass(slots=True)
+class _Got:
+    """A body as far as it was read."""
+
+    raw: list[bytes] = field(default_factory=list)
+    data: list[bytes] = field(default_factory=list)
+    wire: int = 0
+    size: int = 0
+
+    def body(self, limit: int, keep_raw: bool) -> Body:
+        """What was read, at most `limit` bytes of it."""
+        data = b"".join(self.data)
+        return Body(data[:limit], b"".join(self.raw) if keep_raw else None, self.wire)
 
 
 async def _read(
     resp: aiohttp.ClientResponse,
+    got: _Got,
     limit: int,
     inflate: Callable[[bytes, int], bytes] | None,
     keep_raw: bool,
     limiter: Throttle | None,
     min_rate: float,
     truncate: bool,
-) -> Body:
-    """`read_body`'s loop: the chunks as they come, decoded, under the limits."""
-    raw: list[bytes] = []
-    data: list[bytes] = []
-    wire = size = 0
+) -> None:
+    """`read_body`'s loop: the chunks into `got` as they come, decoded, under the limits."""
     start = time.monotonic()
     async for chunk in resp.content.iter_any():
-        wire += len(chunk)
+        got.wire += len(chunk)
         if keep_raw:
-            raw.append(chunk)
-        out = inflate(chunk, limit - size) if inflate is not None else chunk
-        size += len(out)
-        data.append(out)
-        if size > limit or wire > limit:
+            got.raw.append(chunk)
+        out = inflate(chunk, limit - got.size) if inflate is not None else chunk
+        got.size += len(out)
+        got.data.append(out)
+        if got.size > limit or got.wire > limit:
             if truncate:
-                break
+                return
             raise BodyError(Outcome.tooBig)
         if limiter is not None:
             await limiter.take(len(chunk))
         if min_rate:
-            _check_rate(wire, start, min_rate)
-    body = b"".join(data)
-    return Body(body[:limit], b"".join(raw) if keep_raw else None, wire)
+            _check_rate(got.wire, start, min_rate)
 
 
 def _check_rate(nbytes: int, start: float, min_rate: float) -> None:

@@ -109,6 +109,7 @@ class Response:
         self.budget: int | None = None  # most raw bytes it may take (None: head limits only)
         self.min_rate = 0.0  # bytes/s over the fetch's life, after `rate_grace` seconds
         self.rate_grace = 0.0
+        self.cut_at_budget = False  # over the budget: the body ends (else tooBig)
 
     @property
     def content(self) -> Response:
@@ -167,12 +168,15 @@ class Response:
             else:
                 await self._wait()
 
-    def limit_reading(self, body_limit: int, min_rate: float = 0.0, grace: float = 0.0) -> None:
+    def limit_reading(self, body_limit: int, min_rate: float = 0.0, grace: float = 0.0,
+                      truncate: bool = False) -> None:
         """Bound the whole response, not only its content: at most `body_limit` plus
-        FRAMING_ALLOWANCE raw bytes (tooBig beyond), arriving at `min_rate` bytes/s or faster
-        once `grace` seconds have passed since the request (timeout if slower)."""
+        FRAMING_ALLOWANCE raw bytes (tooBig beyond, or the body ends there if `truncate`),
+        arriving at `min_rate` bytes/s or faster once `grace` seconds have passed since the
+        request (timeout if slower)."""
         self.budget = body_limit + FRAMING_ALLOWANCE
         self.min_rate, self.rate_grace = min_rate, grace
+        self.cut_at_budget = truncate
         self._conn.watch(self)
 
     def over_rate(self, now: float) -> bool:
@@ -262,7 +266,7 @@ class Connection(asyncio.Protocol):
         resp.received += len(data)
         if resp.budget is not None and resp.received > resp.budget:
             # refused before parsing: bytes that carry no content must not cost CPU either
-            self.stop(resp, Outcome.tooBig)
+            self.over_budget(resp)
             return
         if not resp.head_done:
             # llhttp keeps an unfinished header line to itself until it ends: count raw bytes
@@ -282,12 +286,23 @@ class Connection(asyncio.Protocol):
         resp.fail(FetchError(kind))
         self.close()
 
+    def over_budget(self, resp: Response) -> None:
+        """`resp` took more bytes than its budget: tooBig, or its body ends here if it may be
+        cut (what arrived stays readable; the connection cannot serve another request)."""
+        if not resp.cut_at_budget:
+            self.stop(resp, Outcome.tooBig)
+            return
+        resp.keep_alive = False
+        resp.complete = True
+        resp._wake()
+        self.close()
+
     def watch(self, resp: Response) -> None:
         """`resp` got its limits: check them now, and its rate from time to time."""
         if resp.complete or resp.error is not None:
             return
         if resp.budget is not None and resp.received > resp.budget:
-            self.stop(resp, Outcome.tooBig)
+            self.over_budget(resp)
         elif resp.min_rate:
             self._arm(min(self.deadline, self.pool.loop.time() + RATE_CHECK_EVERY))
 
