@@ -208,3 +208,50 @@ def test_an_href_over_the_hard_limit_is_counted_not_resolved() -> None:
     assert extract_links(html.encode(), PAGE, norm, on_too_long=counted.append) == (
         ["http://example.com/ok"], 0)
     assert counted == [1]
+
+
+PARSE_IN_A_PROCESS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from test_hostile import peak_rss, peak_rss_reset
+from larbinpy.links.extract import extract_links
+from larbinpy.links.urls import Normalizer
+body = ("<html><body>" + "".join(f'<a href="/{i}">x</a>' for i in range(750_000))).encode()
+peak_rss_reset()
+before = peak_rss()
+links, dropped = extract_links(body, "http://a.test/", Normalizer(), max_links=int(sys.argv[2]))
+print(peak_rss() - before, len(body), len(links), dropped)
+"""
+
+
+def test_a_page_of_750000_links_is_parsed_in_bounded_memory() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from larbinpy.links.extract import SEGMENT
+
+    max_links = 10_000
+    done = subprocess.run(
+        [sys.executable, "-c", PARSE_IN_A_PROCESS, str(Path(__file__).parent), str(max_links)],
+        capture_output=True, text=True, timeout=120, check=True)
+    growth, size, links, dropped = map(int, done.stdout.split())
+    assert (links, dropped) == (max_links, 750_000 - max_links)
+    # the page's text (one copy), lexbor's tree of one SEGMENT (a few dozen times its size),
+    # the links kept: not a tree of the whole page
+    bound = 2 * size + 40 * SEGMENT + max_links * 1024
+    assert growth < bound, (growth // 2**20, bound // 2**20)
+
+
+def test_a_large_page_in_pieces_finds_what_a_whole_parse_finds(norm: Normalizer) -> None:
+    from larbinpy.links.extract import LARGE_PAGE
+
+    cells = "".join(f'<td><a href="p{i}">é {i}</a></td>' for i in range(120_000))
+    html = (f'<html><head><meta charset="windows-1252"><base href="/dir/sub/"></head><body>'
+            f'<table>{cells}</table><a href="http://other.test/x">x</a></body></html>')
+    body = html.encode("cp1252")
+    assert len(body) > LARGE_PAGE
+    links, dropped = extract_links(body, PAGE, norm, max_links=200_000)
+    assert dropped == 0
+    assert links == [f"http://example.com/dir/sub/p{i}" for i in range(120_000)] + [
+        "http://other.test/x"]
