@@ -38,6 +38,10 @@ HIGH_WATER = 256 * 1024  # unread body bytes buffered before the socket is pause
 # trailers (a body in chunks of a few KiB frames itself in well under this)
 FRAMING_ALLOWANCE = MAX_HEAD + 64 * 1024
 RATE_CHECK_EVERY = 1.0  # seconds between minRate checks of a response being read
+# A timeout found by the timer is confirmed this much later: after the event loop was held up
+# (a long parse, a loaded machine), its timers run before the bytes that arrived meanwhile
+# are read, so the first look can miss them
+CONFIRM_AFTER = 0.05
 
 
 class FetchError(Exception):
@@ -250,6 +254,7 @@ class Connection(asyncio.Protocol):
         self.deadline = self.read_timeout = 0.0
         self.reused = False
         self.head_seen = 0  # raw bytes received before the head was complete
+        self.suspect = False  # the timer found the exchange late: confirmed at its next look
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Connected."""
@@ -404,6 +409,7 @@ class Connection(asyncio.Protocol):
         assert self.transport is not None
         self.reused = reused
         self.head_bytes = self.head_seen = 0
+        self.suspect = False
         self.response = resp = Response(self, info)
         self.transport.write(request)
         return resp
@@ -439,8 +445,13 @@ class Connection(asyncio.Protocol):
         due = self.deadline if self.paused else min(self.deadline,
                                                      self.last_io + self.read_timeout)
         if now >= due or (not self.paused and resp.over_rate(now)):
-            self.stop(resp, Outcome.timeout)
+            if self.suspect:
+                self.stop(resp, Outcome.timeout)
+                return
+            self.suspect = True  # the loop reads the socket before the timer looks again
+            self._arm(now + CONFIRM_AFTER)
             return
+        self.suspect = False
         if resp.min_rate and not self.paused:
             due = min(due, now + RATE_CHECK_EVERY)
         self._arm(due)
