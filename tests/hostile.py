@@ -181,6 +181,31 @@ def bad_chunked() -> Trap:
     return raw(head(Transfer_Encoding="chunked") + body)
 
 
+def endless_framing(start: bytes, filler: bytes, every: float = 0.0) -> Trap:
+    """A chunked head, `start`, then `filler` for ever (every `every` seconds, or as fast as the
+    client reads): chunk framing that never carries a byte of content."""
+
+    async def trap(conn: Conn, path: str) -> None:
+        await conn.send(head(Transfer_Encoding="chunked") + start)
+        block = filler if every else filler * (CHUNK // len(filler))
+        while True:
+            await conn.send(block)
+            if every:
+                await asyncio.sleep(every)
+
+    return trap
+
+
+def chunk_extension(every: float = 0.0) -> Trap:
+    """`1;aaaa...` for ever: a chunk extension that never ends."""
+    return endless_framing(b"1;", b"a", every)
+
+
+def chunk_size_zeros() -> Trap:
+    """`0000...` for ever: a chunk size that never ends (its value stays 0)."""
+    return endless_framing(b"", b"0")
+
+
 def long_header(size: int = MiB) -> Trap:
     """A header line of `size` bytes."""
     return raw(head(X_Huge="h" * size, Content_Length=6) + b"<html>")

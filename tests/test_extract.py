@@ -189,3 +189,69 @@ def test_an_ascii_page_declaring_utf16_is_read_as_utf8(norm: Normalizer) -> None
     """WHATWG: a <meta> declaring UTF-16 on bytes that are not UTF-16 means UTF-8."""
     body = b'<meta charset="utf-16"><a href="/x">x</a>'
     assert links_of(body, norm) == ["http://example.com/x"]
+
+
+def test_navigation_link_relations_are_followed(norm: Normalizer) -> None:
+    html = (
+        '<link rel="next" href="/n"><link rel="PREV" href="/p"><link rel="up" href="/u">'
+        '<link rel="top" href="/t"><link rel="alternate nofollow" href="/alt">'
+        '<link rel="stylesheet" href="/s.css"><link rel="icon" href="/i.png">'
+        '<link href="/norel"><link rel="next">'
+    )
+    assert links_of(html, norm) == [f"http://example.com/{p}" for p in ("n", "p", "u", "t", "alt")]
+
+
+def test_an_href_over_the_hard_limit_is_counted_not_resolved() -> None:
+    norm = Normalizer(max_length=1000)
+    html = f'<a href="/{"x" * 2000}">long</a><a href="/ok">ok</a>'
+    counted: list[int] = []
+    assert extract_links(html.encode(), PAGE, norm, on_too_long=counted.append) == (
+        ["http://example.com/ok"], 0)
+    assert counted == [1]
+
+
+PARSE_IN_A_PROCESS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from test_hostile import peak_rss, peak_rss_reset
+from larbinpy.links.extract import extract_links
+from larbinpy.links.urls import Normalizer
+body = ("<html><body>" + "".join(f'<a href="/{i}">x</a>' for i in range(750_000))).encode()
+peak_rss_reset()
+before = peak_rss()
+links, dropped = extract_links(body, "http://a.test/", Normalizer(), max_links=int(sys.argv[2]))
+print(peak_rss() - before, len(body), len(links), dropped)
+"""
+
+
+def test_a_page_of_750000_links_is_parsed_in_bounded_memory() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from larbinpy.links.extract import SEGMENT
+
+    max_links = 10_000
+    done = subprocess.run(
+        [sys.executable, "-c", PARSE_IN_A_PROCESS, str(Path(__file__).parent), str(max_links)],
+        capture_output=True, text=True, timeout=120, check=True)
+    growth, size, links, dropped = map(int, done.stdout.split())
+    assert (links, dropped) == (max_links, 750_000 - max_links)
+    # the page's text (one copy), lexbor's tree of one SEGMENT (a few dozen times its size),
+    # the links kept: not a tree of the whole page
+    bound = 2 * size + 40 * SEGMENT + max_links * 1024
+    assert growth < bound, (growth // 2**20, bound // 2**20)
+
+
+def test_a_large_page_in_pieces_finds_what_a_whole_parse_finds(norm: Normalizer) -> None:
+    from larbinpy.links.extract import LARGE_PAGE
+
+    cells = "".join(f'<td><a href="p{i}">é {i}</a></td>' for i in range(120_000))
+    html = (f'<html><head><meta charset="windows-1252"><base href="/dir/sub/"></head><body>'
+            f'<table>{cells}</table><a href="http://other.test/x">x</a></body></html>')
+    body = html.encode("cp1252")
+    assert len(body) > LARGE_PAGE
+    links, dropped = extract_links(body, PAGE, norm, max_links=200_000)
+    assert dropped == 0
+    assert links == [f"http://example.com/dir/sub/p{i}" for i in range(120_000)] + [
+        "http://other.test/x"]

@@ -133,3 +133,57 @@ async def test_idle_sites_and_their_ip_slots_are_forgotten_beyond_the_bound(
     crawler.sequencer.turn(0.0)
     assert "http://s0.example.org" in crawler.sites.by_key
     crawler._close()
+
+
+async def test_a_higher_priority_url_goes_ahead_of_its_sites_queue(make_web):
+    from conftest import html, until
+
+    from larbinpy.demo import Site
+
+    pages = {"/": html(*(f"/p{i}.html" for i in range(100)))}
+    pages.update({f"/p{i}.html": html() for i in range(100)})
+    pages["/urgent.html"] = html()
+    tw = await make_web([Site("prio.test", "127.0.0.2", pages)])
+    cfg = parse_config(tw.config_text(f"startUrl {tw.url('prio.test')}\nrobots off\n"
+                                      "waitDuration 0.2\nconnectionsPerHost 1\n"))
+    crawler = Crawler(cfg, scratch=True)
+    task = asyncio.ensure_future(crawler.run())
+    try:
+        key = tw.url("prio.test").rstrip("/")
+        # the page's 100 links wait in the site's own queue, not in the frontier's FIFOs
+        await until(lambda: key in crawler.sites.by_key
+                    and len(crawler.sites.by_key[key].queue) >= 90, "the site's queue filling")
+        before = len(tw.pages_fetched())
+        crawler.input.submit([tw.url("prio.test", "/urgent.html")], priority=9)
+        await until(lambda: tw.url("prio.test", "/urgent.html") in tw.pages_fetched(),
+                    "the urgent URL fetched")
+        after = tw.pages_fetched()
+        # at most the fetch already under way (or due) went before it
+        assert after.index(tw.url("prio.test", "/urgent.html")) <= before + 1, after[before:]
+    finally:
+        crawler.request_stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def test_a_spilled_sites_jobs_come_back_each_once_fifo_within_a_priority(tmp_path: Path):
+    from larbinpy.records import Job
+
+    crawler = crawler_for(tmp_path)
+    try:
+        sites = crawler.sites
+        jobs = [Job(f"http://s.test/{i}", 1, priority=9 if i % 50 == 7 else 0)
+                for i in range(3 * SITE_WINDOW)]
+        for job in jobs:
+            sites.enqueue(job, 0.0)
+        site = sites.by_key["http://s.test"]
+        assert len(site.queue) == SITE_WINDOW  # the rest spilled
+        first = sites.take(site)
+        assert first.priority == 9  # the window serves priority first
+        got = [first] + [sites.take(site) for _ in range(len(jobs) - 1)]
+        assert sorted(j.url for j in got) == sorted(j.url for j in jobs)
+        for prio in (0, 9):
+            mine = [j.url for j in got if j.priority == prio]
+            assert mine == [j.url for j in jobs if j.priority == prio]  # FIFO within
+        assert sites.queued == 0 and not sites.has_work(site)
+    finally:
+        crawler._close()

@@ -371,3 +371,102 @@ async def test_no_way_in_private_addresses_after_redirects_and_dns(make_web):
     assert tw.web.hits_for("inside.test") == []
     assert {x.ip for x in tw.web.hits} == {"127.0.0.2"}
     assert crawler.stats.outcomes["deniedNetwork"] == 3
+
+
+async def test_navigation_links_charset_names_and_huge_links(make_web):
+    long_link = "/" + "y" * 100_000
+    pages = {
+        "/": Page('<html><head><link rel="next" href="/next.html">'
+                  '<link rel="stylesheet" href="/style.css"></head><body>'
+                  f'<a href="mailtoISO-8859-1.html">charset</a><a href="{long_link}">long</a>'
+                  "</body></html>"),
+        "/next.html": html(), "/mailtoISO-8859-1.html": html(), "/style.css": html(),
+    }
+    tw = await make_web([Site("nav.test", "127.0.0.2", pages)])
+    crawler = await tw.crawl(f"startUrl {tw.url('nav.test')}\nrobots off")
+    paths = Counter(x.path for x in tw.web.hits)
+    assert paths["/next.html"] == 1  # <link rel=next>, as wget follows it
+    assert paths["/mailtoISO-8859-1.html"] == 1  # "8859-1" is no calendar date
+    assert "/style.css" not in paths
+    assert long_link not in paths
+    assert crawler.stats.outcomes["trap"] == 1  # the 100,000-character link, counted
+
+
+@pytest.fixture
+async def framing_web(tmp_path: Path) -> AsyncIterator[HostileWeb]:
+    """Traps that send endless chunk framing, and a control cut only by timeoutTotal."""
+    sites = [h.HostileSite("ext.trap", "127.0.4.1", h.chunk_extension()),
+             h.HostileSite("zeros.trap", "127.0.4.2", h.chunk_size_zeros()),
+             h.HostileSite("slowext.trap", "127.0.4.3", h.chunk_extension(every=0.05)),
+             h.HostileSite("control.trap", "127.0.4.4", h.drip(0.05, b"x" * 4096))]
+    server = h.HostileServer(sites)
+    await server.start()
+    dns = DnsServer(server.dns_records)
+    await dns.start()
+    tw = HostileWeb(LocalWeb([]), dns, tmp_path)
+    tw.hostile = server
+    try:
+        yield tw
+    finally:
+        await server.stop()
+        await dns.stop()
+
+
+async def test_chunk_framing_counts_against_the_size_budget_and_min_rate(framing_web, monkeypatch):
+    from larbinpy.net import body
+
+    monkeypatch.setattr(body, "MIN_RATE_GRACE", 0.5)
+    tw, srv = framing_web, framing_web.hostile
+    seeds = "".join(f"startUrl {srv.url(f'{n}.trap')}\n" for n in ("ext", "zeros", "slowext",
+                                                                   "control"))
+    crawler = await tw.crawl(f"{seeds}robots off\nmaxPageSize {MiB}\ntimeoutRead 30\n"
+                             "timeoutTotal 4\nminRate 2000\n")
+    await until(lambda: all(x.end for x in srv.hits), "the traps' server seeing every hang-up")
+    out = crawler.stats.outcomes
+    # endless framing at full speed: refused once it outgrew the page's budget, as tooBig, not
+    # read until timeoutTotal (the kernel's socket buffers hold a few MiB more)
+    assert out["tooBig"] == 2
+    for name in ("ext", "zeros"):
+        assert srv.hits_for(f"{name}.trap")[0].sent < 16 * MiB, name
+    # framing dripped at 20 bytes/s: under minRate, measured on every byte, not on content
+    assert out["timeout"] == 2
+    slow, control = srv.hits_for("slowext.trap")[0], srv.hits_for("control.trap")[0]
+    assert slow.end < control.end, "the framing drip ran until timeoutTotal"
+
+
+class TrapLookup:
+    """The DNS stage as aiohttp's resolver asks it: every host is on one loopback address."""
+
+    def __init__(self, addr: str) -> None:
+        import ipaddress
+
+        from larbinpy.net.policy import NetworkPolicy
+
+        self.addr = addr
+        self.policy = NetworkPolicy([ipaddress.ip_network("127.0.0.0/8")])
+
+    async def lookup(self, host: str) -> list[str]:
+        """The one address."""
+        return [self.addr]
+
+
+async def test_aiohttp_path_counts_chunk_framing_against_the_budget(tmp_path: Path):
+    from larbinpy.config import parse_config
+    from larbinpy.net.client import make_session
+
+    server = h.HostileServer([h.HostileSite("ext.trap", "127.0.4.5", h.chunk_extension()),
+                              h.HostileSite("zeros.trap", "127.0.4.5", h.chunk_size_zeros())])
+    await server.start()
+    cfg = parse_config(f"stateDir {tmp_path}/state\ntimeoutRead 30\ntimeoutTotal 30\n")
+    session = make_session(cfg, TrapLookup("127.0.4.5"))  # HTTPS and proxies go this way
+    try:
+        for name in ("ext", "zeros"):
+            with pytest.raises(BodyError) as err:
+                async with session.get(server.url(f"{name}.trap")) as resp:
+                    await read_body(resp, MiB)
+            assert err.value.kind == "tooBig", name
+            await until(lambda: server.hits[-1].end, "the trap seeing the hang-up")
+            assert server.hits[-1].sent < 16 * MiB, name  # not read until timeoutTotal
+    finally:
+        await session.close()
+        await server.stop()

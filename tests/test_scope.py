@@ -53,3 +53,17 @@ def test_allow_networks_opens_only_the_given_ranges() -> None:
     policy = NetworkPolicy([ipaddress.ip_network("127.0.0.0/8")])
     assert policy.allowed("127.0.0.5") and policy.allowed("::ffff:127.0.0.5")
     assert not policy.allowed("10.0.0.1")
+
+
+@pytest.mark.parametrize(("url", "kind"), [
+    ("http://a.test/mailtoISO-8859-1.html", None),  # a charset name, not year 8859
+    ("http://a.test/doc/ISO-8859-15/", None),
+    ("http://a.test/v/3000-1/", None),  # not a year a calendar steps through
+    ("http://a.test/cal/2999-01-31/", "trap"),
+    ("http://a.test/cal/1850-13/", None),  # month 13: not a date
+    ("http://a.test/cal/1850-12-31.html", "trap"),
+    ("http://a.test/news2999-01.html", None),  # digits inside a word are not a date
+    ("http://a.test/cal/2024-02-30/", None),
+])
+def test_calendar_rule_reads_only_dates_a_calendar_writes(url: str, kind: str | None) -> None:
+    assert scope().check(url) == kind

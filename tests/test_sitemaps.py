@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 from collections import Counter
 
+import hostile as h
 from conftest import html
 
 from larbinpy.config import parse_config
@@ -146,3 +147,85 @@ def test_sitemap_urls_get_sitemap_priority_and_full_depth():
         ("http://a.test/s.xml", 7, 2, JobKind.SITEMAP),
         ("http://a.test/p", 7, 3, 0), ("http://a.test/q", 7, 3, 0)]
     assert inp.stats.outcomes["tooDeep"] == 1
+
+
+async def test_a_sitemap_lists_only_urls_of_its_own_host(make_web):
+    tw = await make_web([Site("own.test", "127.0.0.2", {"/": html()}),
+                         Site("other.test", "127.0.0.3", {"/": html(), "/victim.html": html()})])
+    own = lambda path: tw.url("own.test", path)  # noqa: E731
+    other = lambda path: tw.url("other.test", path)  # noqa: E731
+    tw.web.sites["own.test"].pages.update({
+        "/robots.txt": Page(f"Sitemap: {own('/sm.xml')}\nSitemap: {own('/idx.xml')}\n",
+                            content_type="text/plain"),
+        "/sm.xml": Page(urlset(own("/mine.html"), other("/victim.html")), content_type=XML),
+        "/idx.xml": Page(index(other("/theirs.xml")), content_type=XML),
+        "/mine.html": html(),
+    })
+    tw.web.sites["other.test"].pages["/theirs.xml"] = Page(urlset(other("/")), content_type=XML)
+    crawler = await tw.crawl(f"startUrl {own('/')}")
+    fetched = set(tw.fetched())
+    assert own("/mine.html") in fetched
+    assert other("/victim.html") not in fetched and other("/theirs.xml") not in fetched
+    assert crawler.stats.outcomes["outOfScope"] == 2  # the page and the sitemap of other.test
+
+
+CRAWL_IN_A_PROCESS = """
+import asyncio, json, resource, sys
+from larbinpy.config import parse_config
+from larbinpy.crawler import Crawler
+crawler = Crawler(parse_config(sys.argv[1]), scratch=True)
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+asyncio.run(crawler.run())
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"growth": (peak - base) * 1024, "outcomes": crawler.stats.outcomes}))
+"""
+
+
+def huge_sitemap(size: int) -> h.Trap:
+    """A urlset of `size` bytes, nearly all of it an XML comment, sent as fast as it is read."""
+    pad = b"<!--" + b"-" * (h.CHUNK - 8) + b"-->\n"
+
+    async def trap(conn: h.Conn, path: str) -> None:
+        await conn.send(h.head(ctype=XML) + b'<urlset><url><loc>/p.zip</loc></url>\n')
+        for _ in range(size // len(pad)):
+            await conn.send(pad)
+
+    return trap
+
+
+async def test_concurrent_huge_sitemaps_stay_within_the_page_memory_budget(tmp_path):
+    import asyncio
+    import json
+    import subprocess
+    import sys
+
+    from larbinpy.demo import DnsServer
+
+    n, size = 12, 60 * 1024 * 1024
+    sites = [h.HostileSite(f"s{i}.test", f"127.0.5.{i + 1}", h.page("<html></html>"))
+             for i in range(n)]
+    server = h.HostileServer(sites)
+    await server.start()
+    for i, site in enumerate(sites):
+        site.robots = h.page(f"Sitemap: {server.url(f's{i}.test', '/sm.xml')}\n", "text/plain")
+        site.paths["/sm.xml"] = huge_sitemap(size)
+    dns = DnsServer(server.dns_records)
+    await dns.start()
+    text = (f"stateDir {tmp_path}/state\ndnsServers {dns.address}\nallowNetworks 127.0.0.0/8 "
+            "end\nhttpPort 0\ninputPort 0\nwaitDuration 0\npagesConnexions 20\noutput none\n"
+            "exitAtEnd\nforbiddenExtensions .zip end\n"
+            + "".join(f"startUrl {server.url(s.host)}\n" for s in sites))
+    cfg = parse_config(text)
+    try:
+        done = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-c", CRAWL_IN_A_PROCESS, text],
+            capture_output=True, text=True, timeout=120, check=True)
+    finally:
+        await server.stop()
+        await dns.stop()
+    result = json.loads(done.stdout)
+    assert result["outcomes"]["success"] == 2 * n  # each site's page and its sitemap, cut
+    # each sitemap read no further than a page may be, held at most three times over while
+    # read (its chunks, joined, cut to the limit): not the protocol's 50 MB each
+    bound = n * 3 * cfg.max_page_size
+    assert result["growth"] < bound, (result["growth"] // 2**20, bound // 2**20)

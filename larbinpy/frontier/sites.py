@@ -9,6 +9,11 @@ memory, all sites together at most `MEMORY_JOBS`; the rest of a site's queue wai
 (`diskqueue.SiteSpill`) and is read back as the window drains. Sites with nothing to do are
 forgotten beyond `MAX_IDLE_SITES` (oldest first; a later URL of theirs starts them afresh).
 
+Order: the window serves the highest priority first, FIFO within a priority
+(`records.SiteQueue`). The spill is one FIFO per site: while a site has spilled jobs, new ones
+queue on disk behind them whatever their priority (so jobs of one priority never overtake each
+other), and priority orders them again only once they are back in the window.
+
 In a cluster, a job may belong to a site another node owns: `enqueue` asks the `Forward` seam
 it was given first (the embedded crawl's `never_forward`, or `cluster.Cluster.forward`).
 """

@@ -3,9 +3,9 @@
 Rules from larbin.conf: `limitToDomain`, `forbiddenExtensions`, `excludePatterns` /
 `includePatterns`, `cgiLevel`, `maxUrlLength`, and spider-trap heuristics: a path segment
 repeated many times or absurdly deep paths (checked only on deep paths), and endless calendars
-(a date whose year is far in the past or future). Session-id parameters (`stripParams`) are
-removed by the normalizer, so they end as duplicates. Depth and `noExternalLinks` depend on
-where a link was found, so the input stage applies them.
+(a date, as a calendar writes it, whose year is far in the past or future). Session-id
+parameters (`stripParams`) are removed by the normalizer, so they end as duplicates. Depth and
+`noExternalLinks` depend on where a link was found, so the input stage applies them.
 """
 
 from __future__ import annotations
@@ -21,9 +21,17 @@ MAX_SEGMENT_REPEATS = 3  # /a/b/a/b/a/b/a is a trap; a real path rarely repeats 
 MAX_PATH_SEGMENTS = 40
 CALENDAR_MIN_YEAR = 1900
 CALENDAR_YEARS_AHEAD = 5  # "next month" links past this are a calendar running away
-# a year next to a month (2031/05, 2031-5, 2031.05) or a year= / y= parameter
+# Numbers read as years: a calendar steps from today one month at a time, so it runs into
+# CALENDAR_MIN_YEAR or today + CALENDAR_YEARS_AHEAD long before leaving this range; a number
+# outside it (ISO-8859-1, 3000-2) is not a date a calendar would generate.
+_YEAR = r"([12][0-9]{3})"
+# A date as a calendar writes it in the path: a year then a month 1-12 (2031/05, 2031-5,
+# 2031.05, 2031_05), optionally a day 1-31, starting a path segment or after a non-alphanumeric
+# character and not running on into more digits; or a year= / y= parameter.
 _DATE = re.compile(
-    r"(?<![0-9])([0-9]{4})[-/._](?:0?[1-9]|1[0-2])(?![0-9])|[?&;](?:year|yr|y)=([0-9]{4})(?![0-9])",
+    r"(?<![0-9A-Za-z])" + _YEAR + r"[-/._](?:0?[1-9]|1[0-2])"
+    r"(?:[-/._](?:0?[1-9]|[12][0-9]|3[01]))?(?![0-9])"
+    r"|[?&;](?:year|yr|y)=" + _YEAR + r"(?![0-9])",
     re.I,
 )
 

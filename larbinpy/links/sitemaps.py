@@ -9,8 +9,10 @@ politely like a page and calls `parse` on its body instead of the link extractor
 - a `<sitemapindex>` gives more sitemaps (queued as SITEMAP jobs one nesting level down, so a
   chain of indexes is bounded by MAX_NESTING);
 - a gzip-compressed file (a `.gz` sitemap, whatever its headers say) is inflated here;
-- the protocol's limits hold: at most MAX_URLS URLs and MAX_BYTES bytes (after inflating) are
-  read from one file, the rest is ignored and counted.
+- limits: at most MAX_URLS URLs (the protocol's) and MAX_BYTES bytes (after inflating) are
+  read from one file, the rest is ignored and counted. MAX_BYTES is the default `maxPageSize`,
+  not the protocol's 50 MB: sitemaps are read concurrently like pages, and each must cost
+  no more memory than a page may.
 
 `<loc>` values are found with a regular expression rather than an XML parser: a sitemap from
 the web may be broken or hostile (entity expansion), and only the `<loc>` elements matter.
@@ -24,7 +26,7 @@ import zlib
 from dataclasses import dataclass
 
 MAX_URLS = 50_000
-MAX_BYTES = 50 * 1024 * 1024
+MAX_BYTES = 10 * 1024 * 1024  # the default maxPageSize (see the module's docstring)
 MAX_NESTING = 2  # robots.txt -> index -> sitemap; deeper indexes are dropped as tooDeep
 _LOC = re.compile(rb"<loc>\s*(?:<!\[CDATA\[)?\s*([^<\]]*?)\s*(?:\]\]>)?\s*</loc>", re.I)
 _INDEX = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?sitemapindex[\s>]")

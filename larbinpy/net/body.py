@@ -5,20 +5,28 @@ compression bomb cannot inflate behind our back): bodies are decoded here, incre
 never producing more than `limit` bytes however small the compressed input. `minRate`
 (bytes/s, averaged after a grace period) cuts off servers that drip. `maxBandwidth` throttles
 through `Throttle` (the bandwidth stage's token bucket).
+
+Every byte counts, not only content: a response of our own HTTP/1.1 client (`http1.Response`)
+is told the limits (`limit_reading`) and counts every byte of the response against them, head
+and chunk framing too, measuring `minRate` on them from the request on, even while no content
+arrives; aiohttp's connections (HTTPS, proxies) count a body's bytes on the wire the same way
+(`CountingHandler`), framing included.
 """
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import re
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import aiohttp
 import brotli
+from aiohttp.client_proto import ResponseHandler
 
 from larbinpy.stats import Outcome
 
@@ -31,6 +39,8 @@ _META_CHARSET = re.compile(rb"<meta[^>]+charset", re.I)
 _AS_CP1252 = frozenset({"iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "ascii",
                         "us-ascii", "iso_8859-1", "cp819", "ibm819", "windows-1252"})
 MIN_RATE_GRACE = 3.0  # seconds before minRate applies: slow starts are normal
+# bytes a body may take on the wire beyond its limit: chunk sizes and extensions, trailers
+FRAMING_ALLOWANCE = 128 * 1024
 
 
 class Throttle(Protocol):
@@ -56,6 +66,37 @@ class Body:
     data: bytes
     raw: bytes | None
     wire_bytes: int
+
+
+class CountingHandler(ResponseHandler):
+    """aiohttp's connection protocol, also counting the bytes a body takes on the wire.
+
+    aiohttp's parser skips chunk extensions and leading zeros of chunk sizes without a limit,
+    and its read timeout restarts on every byte: a server sending them for ever would be read
+    until the total timeout. `read_body` gives the connection a budget; bytes beyond it close
+    the connection before they are parsed, and `read_body` counts the broken body as tooBig.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.budget: int | None = None
+        self.received = 0
+        self.over_budget = False
+
+    def limit_reading(self, budget: int) -> None:
+        """From now on, at most `budget` more bytes for the response being read."""
+        self.budget, self.received = budget, 0
+
+    def data_received(self, data: bytes) -> None:
+        """Count, then parse (or refuse: over the budget)."""
+        if self.budget is not None:
+            self.received += len(data)
+            if self.received > self.budget or self.over_budget:
+                self.over_budget = True
+                if self.transport is not None:
+                    self.transport.close()
+                return
+        super().data_received(data)
 
 
 def _inflater(encoding: str) -> Callable[[bytes, int], bytes] | None:
@@ -122,27 +163,72 @@ async def read_body(
     length = resp.content_length
     if length is not None and length > limit and inflate is None and not truncate:
         raise BodyError(Outcome.tooBig)  # said up front: do not read it at all
-    raw: list[bytes] = []
-    data: list[bytes] = []
-    wire = size = 0
+    limit_reading = getattr(resp, "limit_reading", None)
+    if limit_reading is not None:  # http1.Response: it watches every byte and the rate itself
+        limit_reading(limit, min_rate, MIN_RATE_GRACE, truncate)
+        min_rate = 0.0
+    else:  # aiohttp's: its connection counts the body's bytes, if it is a CountingHandler
+        protocol = getattr(getattr(resp, "connection", None), "protocol", None)
+        if isinstance(protocol, CountingHandler):
+            protocol.limit_reading(limit + FRAMING_ALLOWANCE)
+            got = _Got()
+            try:
+                await _read(resp, got, limit, inflate, keep_raw, limiter, min_rate, truncate)
+            except aiohttp.ClientPayloadError:
+                if not protocol.over_budget:
+                    raise
+                if not truncate:  # we cut it: the body was too big, not broken
+                    raise BodyError(Outcome.tooBig) from None
+            finally:
+                protocol.budget = None  # a kept-alive connection's next answer: its own budget
+            return got.body(limit, keep_raw)
+    got = _Got()
+    await _read(resp, got, limit, inflate, keep_raw, limiter, min_rate, truncate)
+    return got.body(limit, keep_raw)
+
+
+@dataclass(slots=True)
+class _Got:
+    """A body as far as it was read."""
+
+    raw: list[bytes] = field(default_factory=list)
+    data: list[bytes] = field(default_factory=list)
+    wire: int = 0
+    size: int = 0
+
+    def body(self, limit: int, keep_raw: bool) -> Body:
+        """What was read, at most `limit` bytes of it."""
+        data = b"".join(self.data)
+        return Body(data[:limit], b"".join(self.raw) if keep_raw else None, self.wire)
+
+
+async def _read(
+    resp: aiohttp.ClientResponse,
+    got: _Got,
+    limit: int,
+    inflate: Callable[[bytes, int], bytes] | None,
+    keep_raw: bool,
+    limiter: Throttle | None,
+    min_rate: float,
+    truncate: bool,
+) -> None:
+    """`read_body`'s loop: the chunks into `got` as they come, decoded, under the limits."""
     start = time.monotonic()
     async for chunk in resp.content.iter_any():
-        wire += len(chunk)
+        got.wire += len(chunk)
         if keep_raw:
-            raw.append(chunk)
-        out = inflate(chunk, limit - size) if inflate is not None else chunk
-        size += len(out)
-        data.append(out)
-        if size > limit or wire > limit:
+            got.raw.append(chunk)
+        out = inflate(chunk, limit - got.size) if inflate is not None else chunk
+        got.size += len(out)
+        got.data.append(out)
+        if got.size > limit or got.wire > limit:
             if truncate:
-                break
+                return
             raise BodyError(Outcome.tooBig)
         if limiter is not None:
             await limiter.take(len(chunk))
         if min_rate:
-            _check_rate(wire, start, min_rate)
-    body = b"".join(data)
-    return Body(body[:limit], b"".join(raw) if keep_raw else None, wire)
+            _check_rate(got.wire, start, min_rate)
 
 
 def _check_rate(nbytes: int, start: float, min_rate: float) -> None:

@@ -11,12 +11,13 @@ plain `http://` pages through `http1.py` instead, which does only what a crawler
 
 from __future__ import annotations
 
+import functools
 import ssl
 
 import aiohttp
 
 from larbinpy.config import Config
-from larbinpy.net.body import ACCEPT_ENCODING
+from larbinpy.net.body import ACCEPT_ENCODING, CountingHandler
 from larbinpy.net.http1 import FetchError, Http1Client
 from larbinpy.net.policy import DeniedNetworkError
 from larbinpy.net.resolver import CrawlerResolver, HostLookup
@@ -93,6 +94,9 @@ def make_session(cfg: Config, dns: HostLookup) -> aiohttp.ClientSession:
     timeout = aiohttp.ClientTimeout(
         total=cfg.timeout_total, sock_connect=cfg.timeout_connect, sock_read=cfg.timeout_read
     )
+    # every byte of a body counted, chunk framing too (body.CountingHandler; aiohttp has no
+    # public way to give a connector its protocol)
+    connector._factory = functools.partial(CountingHandler, loop=connector._loop)
     return aiohttp.ClientSession(
         connector=connector,
         timeout=timeout,

@@ -11,6 +11,12 @@ pool per site, and the body handed over in chunks so `body.py` keeps its limits.
 HTTPS and anything through a proxy stay on aiohttp (`client.py`); plain `http://` robots.txt
 fetches come here too, so their keep-alive connection serves the site's first pages.
 Every failure is a `FetchError` carrying the outcome kind the reader counts.
+
+Every byte read counts: a response's raw bytes (head, chunk framing, trailers, body) come out
+of one budget, its body's limit plus FRAMING_ALLOWANCE, and `minRate` is measured on them
+over the fetch's life (`Response.limit_reading`, which `body.read_body` calls). So a server
+sending an endless chunk extension or endless zeros in a chunk size, which carry no content,
+is cut off as tooBig within its budget, or as timeout when it sends them slowly.
 """
 
 from __future__ import annotations
@@ -28,6 +34,14 @@ from larbinpy.stats import Outcome
 MAX_HEAD = 64 * 1024  # bytes of status line + headers; more is not a web server's answer
 MAX_HEADERS = 128  # aiohttp's limit too
 HIGH_WATER = 256 * 1024  # unread body bytes buffered before the socket is paused
+# Bytes a response may take beyond its body's limit: the head, chunk sizes and extensions,
+# trailers (a body in chunks of a few KiB frames itself in well under this)
+FRAMING_ALLOWANCE = MAX_HEAD + 64 * 1024
+RATE_CHECK_EVERY = 1.0  # seconds between minRate checks of a response being read
+# A timeout found by the timer is confirmed this much later: after the event loop was held up
+# (a long parse, a loaded machine), its timers run before the bytes that arrived meanwhile
+# are read, so the first look can miss them
+CONFIRM_AFTER = 0.05
 
 
 class FetchError(Exception):
@@ -94,6 +108,12 @@ class Response:
         self.eof_ends_body = False  # no Content-Length, not chunked: the body ends at EOF
         self.keep_alive = False  # may the connection serve another request after this one?
         self._waiter: asyncio.Future[None] | None = None
+        self.received = 0  # raw bytes of this response so far, head and framing included
+        self.started = conn.pool.loop.time()  # when the request was sent
+        self.budget: int | None = None  # most raw bytes it may take (None: head limits only)
+        self.min_rate = 0.0  # bytes/s over the fetch's life, after `rate_grace` seconds
+        self.rate_grace = 0.0
+        self.cut_at_budget = False  # over the budget: the body ends (else tooBig)
 
     @property
     def content(self) -> Response:
@@ -151,6 +171,23 @@ class Response:
                 return
             else:
                 await self._wait()
+
+    def limit_reading(self, body_limit: int, min_rate: float = 0.0, grace: float = 0.0,
+                      truncate: bool = False) -> None:
+        """Bound the whole response, not only its content: at most `body_limit` plus
+        FRAMING_ALLOWANCE raw bytes (tooBig beyond, or the body ends there if `truncate`),
+        arriving at `min_rate` bytes/s or faster once `grace` seconds have passed since the
+        request (timeout if slower)."""
+        self.budget = body_limit + FRAMING_ALLOWANCE
+        self.min_rate, self.rate_grace = min_rate, grace
+        self.cut_at_budget = truncate
+        self._conn.watch(self)
+
+    def over_rate(self, now: float) -> bool:
+        """Is the response, past its grace period, arriving slower than minRate?"""
+        elapsed = now - self.started
+        return (self.min_rate > 0 and elapsed > self.rate_grace
+                and self.received / elapsed < self.min_rate)
 
     async def wait_head(self) -> None:
         """Until the status line and headers are in (raises what went wrong instead)."""
@@ -217,6 +254,7 @@ class Connection(asyncio.Protocol):
         self.deadline = self.read_timeout = 0.0
         self.reused = False
         self.head_seen = 0  # raw bytes received before the head was complete
+        self.suspect = False  # the timer found the exchange late: confirmed at its next look
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Connected."""
@@ -230,6 +268,11 @@ class Connection(asyncio.Protocol):
             return
         resp.got_bytes = True
         self.last_io = self.pool.loop.time()
+        resp.received += len(data)
+        if resp.budget is not None and resp.received > resp.budget:
+            # refused before parsing: bytes that carry no content must not cost CPU either
+            self.over_budget(resp)
+            return
         if not resp.head_done:
             # llhttp keeps an unfinished header line to itself until it ends: count raw bytes
             self.head_seen += len(data)
@@ -242,6 +285,31 @@ class Connection(asyncio.Protocol):
             # a protocol switch (101) nobody asked for
             resp.fail(FetchError(Outcome.badHttp))
             self.close()
+
+    def stop(self, resp: Response, kind: Outcome) -> None:
+        """End the exchange: the reader gets `kind`, the socket closes."""
+        resp.fail(FetchError(kind))
+        self.close()
+
+    def over_budget(self, resp: Response) -> None:
+        """`resp` took more bytes than its budget: tooBig, or its body ends here if it may be
+        cut (what arrived stays readable; the connection cannot serve another request)."""
+        if not resp.cut_at_budget:
+            self.stop(resp, Outcome.tooBig)
+            return
+        resp.keep_alive = False
+        resp.complete = True
+        resp._wake()
+        self.close()
+
+    def watch(self, resp: Response) -> None:
+        """`resp` got its limits: check them now, and its rate from time to time."""
+        if resp.complete or resp.error is not None:
+            return
+        if resp.budget is not None and resp.received > resp.budget:
+            self.over_budget(resp)
+        elif resp.min_rate:
+            self._arm(min(self.deadline, self.pool.loop.time() + RATE_CHECK_EVERY))
 
     def connection_lost(self, exc: Exception | None) -> None:
         """The server closed (or we did)."""
@@ -341,6 +409,7 @@ class Connection(asyncio.Protocol):
         assert self.transport is not None
         self.reused = reused
         self.head_bytes = self.head_seen = 0
+        self.suspect = False
         self.response = resp = Response(self, info)
         self.transport.write(request)
         return resp
@@ -372,13 +441,20 @@ class Connection(asyncio.Protocol):
         if resp is None or resp.complete or self.closed:
             return  # no exchange to time: the next one arms the timer again
         # while we pause reading, the server is not slow: only the total timeout runs
+        now = self.pool.loop.time()
         due = self.deadline if self.paused else min(self.deadline,
                                                      self.last_io + self.read_timeout)
-        if self.pool.loop.time() < due:
-            self._arm(due)
+        if now >= due or (not self.paused and resp.over_rate(now)):
+            if self.suspect:
+                self.stop(resp, Outcome.timeout)
+                return
+            self.suspect = True  # the loop reads the socket before the timer looks again
+            self._arm(now + CONFIRM_AFTER)
             return
-        resp.fail(FetchError(Outcome.timeout))
-        self.close()
+        self.suspect = False
+        if resp.min_rate and not self.paused:
+            due = min(due, now + RATE_CHECK_EVERY)
+        self._arm(due)
 
     def _stop_timer(self) -> None:
         """The connection closed: no more timeouts."""

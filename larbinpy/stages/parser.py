@@ -30,7 +30,7 @@ from larbinpy.net.body import html_for_links
 from larbinpy.outputs import Outputs, Step
 from larbinpy.records import Page
 from larbinpy.stages.input import Input
-from larbinpy.stats import Stats
+from larbinpy.stats import Outcome, Stats
 
 log = logging.getLogger("larbinpy.parser")
 
@@ -113,11 +113,16 @@ class Parser:
                 page.links, dropped = extract_links(
                     text, job.url, self.normalizer,
                     follow_images=self.follow_images, max_links=self.max_links,
+                    on_too_long=self._too_long,
                 )
                 self.stats.links_dropped += dropped
             except Exception:  # a parser bug: the page is still output, without links
                 log.exception("could not extract the links of %s", job.url)
         self.input.add_links(job, job.url, page.links)  # may raise (stateDir full)
+
+    def _too_long(self, n: int) -> None:
+        """Links over the normalizer's hard limit (crawler.URL_HARD_LIMIT): traps, counted."""
+        self.stats.count(Outcome.trap, n)
 
 
 def _guarded(step: Step, page: Page) -> None:
