@@ -275,12 +275,18 @@ class Crawler:
         if self.cluster is not None:
             await self.cluster.stop()  # flush to Redis, then leave (handing over if not done)
         await self.outputs.drain()
-        self.checkpoint()
+        try:
+            self.checkpoint()
+        except OSError as exc:  # the last durable checkpoint stays valid: resume from it
+            log.error("final checkpoint failed (%s); a restart resumes from the previous one",
+                      exc)
 
     def in_memory(self) -> Iterator[Job]:
-        """Jobs that only memory holds: site windows and fetches in flight."""
+        """Jobs that only memory holds: site windows, fetches in flight, fetched pages that
+        an output has not stored yet (a crash fetches them again)."""
         yield from self.sites.jobs()
         yield from self.opener.active.values()
+        yield from self.outputs.pending_jobs()
 
     def checkpoint(self) -> None:
         """Make outputs and queues durable, save cursors and in-memory jobs, then release."""
@@ -317,8 +323,9 @@ class Crawler:
             await asyncio.sleep(self.cfg.checkpoint_interval)
             try:
                 self.checkpoint()
-            except OSError:  # disk full: keep crawling, the next checkpoint may succeed
-                log.exception("checkpoint failed; the previous one stays valid")
+            except OSError as exc:  # disk full, no fd: keep crawling, the next one may succeed
+                self.stats.resource_waits += 1
+                log.error("checkpoint failed (%s); the previous one stays valid", exc)
 
     # --- signals and shutdown ---
 

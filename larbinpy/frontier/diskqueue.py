@@ -32,8 +32,9 @@ import errno
 import logging
 import os
 import re
+import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from pathlib import Path
 
@@ -53,6 +54,7 @@ UNSYNCED_MAX = 16  # closed segments waiting for sync() before we fsync them any
 SPILL_SEGMENT_BYTES = 4 << 20  # a site's spill file is closed past this size
 SPILL_BUFFER_BYTES = 1 << 20  # spilled lines held in memory (all sites) before writing
 SPILL_FDS = 64  # spill files kept open (LRU)
+WARN_EVERY = 10.0  # seconds between two warnings that queued jobs cannot be written
 
 Position = tuple[int, int]
 
@@ -60,6 +62,7 @@ log = logging.getLogger("larbinpy.diskqueue")
 
 # An open refused for want of descriptors: closing cached fds may let it through.
 _FD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+_warned = -WARN_EVERY  # time.monotonic() of the last such warning
 
 # A line start not followed by two integers, a hops field and a tab: a malformed job line.
 _BAD_LINE = re.compile(rb"(?m)^(?!-?[0-9]+\t-?[0-9]+\t-?[0-9]+(?:(?::-?[0-9]+){3})?\t)")
@@ -163,6 +166,18 @@ def _scan(path: Path, start: int) -> tuple[int, int, int]:
         os.close(fd)
 
 
+def _try(flush: Callable[[], None]) -> None:
+    """A flush a push triggers: on OSError the jobs stay buffered (pushed and counted), the
+    error is logged, and the next flush tries again; only an explicit flush() raises."""
+    global _warned
+    try:
+        flush()
+    except OSError as exc:
+        if time.monotonic() - _warned >= WARN_EVERY:  # once in a while, not once a push
+            _warned = time.monotonic()
+            log.warning("cannot write queued jobs yet, kept in memory: %s", exc)
+
+
 def _cut(path: Path | str, end: int, last: bool) -> None:
     """Truncate a file to `end`, its last whole line; log it unless it is a kill's torn write."""
     size = os.stat(path).st_size
@@ -257,7 +272,7 @@ class SegmentFifo:
                 self._buf_jobs += len(part)
                 self._count += len(part)
                 if self._buf_chars >= BUFFER_BYTES or len(part) == room:
-                    self.flush()
+                    _try(self.flush)
 
     def flush(self) -> None:
         """Hand buffered jobs to the kernel with one write: from here a kill -9 keeps them."""
@@ -344,10 +359,10 @@ class SegmentFifo:
 
     def _next_segment(self) -> None:
         """Move the read cursor to the start of the following segment."""
+        seq = self._segs[self._segs.index(self._rseq) + 1]
+        fd = os.open(self._path(seq), os.O_RDONLY)  # first: a refused open changes nothing
         os.close(self._rfd)
-        self._rseq = self._segs[self._segs.index(self._rseq) + 1]
-        self._roff = 0
-        self._rfd = os.open(self._path(self._rseq), os.O_RDONLY)
+        self._rseq, self._roff, self._rfd = seq, 0, fd
 
     def position(self) -> Position:
         """Cursor of the next job to pop: (segment number, byte offset)."""
@@ -443,8 +458,9 @@ class DiskFrontier:
         for prio in self._order:
             fifo = self._fifos[prio]
             if len(fifo):
+                job = fifo.pop()  # (an OSError here leaves the count as it was)
                 self._size -= 1
-                return fifo.pop()
+                return job
         return None
 
     def sizes(self) -> dict[int, int]:
@@ -668,7 +684,7 @@ class SiteSpill:
         self._total += len(jobs)
         self._pending_chars += len(text)
         if self._pending_chars >= SPILL_BUFFER_BYTES:
-            self.flush()
+            _try(self.flush)
 
     def flush(self) -> None:
         """Write every site's buffered lines: one open-append per site (fds cached, LRU)."""

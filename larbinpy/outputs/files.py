@@ -4,6 +4,11 @@ Outputs write whole records (a JSON line, an index line, a WARC request/response
 one call. `AppendFile` writes unbuffered and, when the write fails part-way (disk full), cuts
 the file back to where the record began, so the same record can be written again once there
 is space and the file stays well-formed.
+
+Durability: nothing is fsynced on the hot path. `Unsynced` remembers which files and folders
+were written since the last checkpoint, and its `sync()` (an output's `flush()`, called by the
+checkpoint before it records positions past those pages) fsyncs each file, then each folder
+once, so a power loss cannot take a page the checkpoint says was done.
 """
 
 from __future__ import annotations
@@ -14,10 +19,11 @@ import os
 from pathlib import Path
 
 # Errors that mean "the storage cannot take writes right now" (full, read-only, not
-# writable, not there): the crawl pauses and retries, instead of dropping pages.
+# writable, not there, or the process is out of descriptors or memory): the crawl pauses and
+# retries, instead of dropping pages.
 STORAGE_ERRNOS = frozenset({
     errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
-    errno.ENOTDIR, errno.ENOENT, errno.EFBIG,
+    errno.ENOTDIR, errno.ENOENT, errno.EFBIG, errno.EMFILE, errno.ENFILE, errno.ENOMEM,
 })
 
 
@@ -37,6 +43,67 @@ def write_file(dir_fd: int, name: str, data: bytes,
             view = view[os.write(fd, view):]
     finally:
         os.close(fd)
+
+
+def fsync_path(path: str | Path) -> None:
+    """Fsync a file or folder by name (a file already closed, a folder's entries)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Unsynced:
+    """Files and folders written since the last `sync()`: what a checkpoint must make durable."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, set[str]] = {}  # folder -> names written in it
+        self.folders: set[str] = set()  # folders whose entries changed (created, renamed)
+
+    def wrote(self, folder: str | Path, name: str) -> None:
+        """A file `name` in `folder` was created or written (its folder's entry too)."""
+        key = str(folder)
+        names = self.files.get(key)
+        if names is None:
+            names = self.files[key] = set()
+        names.add(name)
+        self.folders.add(key)
+
+    def changed(self, folder: str | Path) -> None:
+        """An entry of `folder` was created, renamed or removed."""
+        self.folders.add(str(folder))
+
+    def __bool__(self) -> bool:
+        return bool(self.files or self.folders)
+
+    def sync(self) -> None:
+        """Fsync every file, then every folder once; what succeeded is forgotten, so after an
+        OSError the next call does the rest."""
+        for folder in list(self.files):
+            names = self.files[folder]
+            dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                while names:
+                    name = next(iter(names))
+                    try:
+                        fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+                    except FileNotFoundError:  # renamed or removed since: nothing to keep
+                        names.discard(name)
+                        continue
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    names.discard(name)
+            finally:
+                os.close(dir_fd)
+            del self.files[folder]
+        while self.folders:
+            folder = next(iter(self.folders))
+            with contextlib.suppress(FileNotFoundError):
+                fsync_path(folder)
+            self.folders.discard(folder)
 
 
 class AppendFile:
@@ -65,6 +132,10 @@ class AppendFile:
                 self.damaged = True
             raise
         self.size += len(data)
+
+    def sync(self) -> None:
+        """Make the records written so far durable."""
+        os.fsync(self.file.fileno())
 
     def close(self) -> None:
         """Close the file (idempotent)."""
