@@ -262,7 +262,10 @@ class Crawler:
         """No new fetches; let running ones finish (bounded), then cancel and checkpoint."""
         self.opener.stopping = True
         deadline = time.monotonic() + self.cfg.timeout_total
-        while self.opener.in_flight and time.monotonic() < deadline and not self._forced:
+        # fetches held back by a paused output (disk full) are not waited for: the checkpoint
+        # saves their jobs
+        while (self.opener.in_flight and time.monotonic() < deadline and not self._forced
+               and self.outputs.paused_reason is None):
             self._changed.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), 0.5)
@@ -319,13 +322,21 @@ class Crawler:
 
     async def _checkpoints(self) -> None:
         """Every checkpointInterval seconds: save state (bounds re-fetches after a crash)."""
+        failing = 0  # checkpoints failed in a row (logged at the first, and on recovery)
         while True:
             await asyncio.sleep(self.cfg.checkpoint_interval)
             try:
                 self.checkpoint()
             except OSError as exc:  # disk full, no fd: keep crawling, the next one may succeed
                 self.stats.resource_waits += 1
-                log.error("checkpoint failed (%s); the previous one stays valid", exc)
+                failing += 1
+                if failing == 1:
+                    log.error("checkpoint failed (%s); the previous one stays valid; retrying "
+                              "every %s s", exc, self.cfg.checkpoint_interval)
+                continue
+            if failing:
+                log.warning("checkpoint written again after %d failed attempts", failing)
+                failing = 0
 
     # --- signals and shutdown ---
 
