@@ -31,7 +31,7 @@ from larbinpy.daemon.status import Figures, Gauges
 from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
 from larbinpy.frontier.seen import BitmapSeenSet
 from larbinpy.frontier.sites import Sites, never_forward
-from larbinpy.frontier.state import StateDir
+from larbinpy.frontier.state import Position, StateDir
 from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
 from larbinpy.net.client import make_http1, make_session
 from larbinpy.net.policy import NetworkPolicy
@@ -293,6 +293,25 @@ class Crawler:
 
     def checkpoint(self) -> None:
         """Make outputs and queues durable, save cursors and in-memory jobs, then release."""
+        self._commit(*self._snapshot())
+
+    async def checkpoint_async(self) -> None:
+        """`checkpoint()`, with the outputs' per-file fsyncs in a worker thread: the crawl goes
+        on meanwhile, and the checkpoint is written once they are done."""
+        self.parser.flush()
+        taken = self.outputs.take_unsynced()  # the pages' files written up to this moment
+        try:
+            snapshot = self._snapshot()
+            for part in taken:
+                await asyncio.to_thread(part.sync)
+        except BaseException:  # OSError, or cancelled by a stop: the next flush redoes them
+            self.outputs.give_back(taken)
+            raise
+        self._commit(*snapshot)
+
+    def _snapshot(self) -> tuple[dict[int, Position], dict[str, Position], list[Job]]:
+        """Flush and sync the outputs (those not taken) and the queues; then cursors and the
+        jobs only memory holds, as of this moment."""
         # Order matters: pages read but not parsed go on first (their links to the frontier,
         # the pages to the outputs); everything is synced before the cursors are taken, and
         # files before the cursors are released only once the checkpoint naming them is on disk.
@@ -304,8 +323,12 @@ class Crawler:
         for queue in (self.frontier, self.spill):
             queue.flush()
             queue.sync()
-        frontier, spill = self.frontier.positions(), self.spill.positions()
-        self.state.write_checkpoint(frontier, spill, self.in_memory())
+        return self.frontier.positions(), self.spill.positions(), list(self.in_memory())
+
+    def _commit(self, frontier: dict[int, Position], spill: dict[str, Position],
+                jobs: list[Job]) -> None:
+        """Write the checkpoint, then release the files before its cursors."""
+        self.state.write_checkpoint(frontier, spill, jobs)
         self.frontier.release(frontier)
         self.spill.release(spill)
 
@@ -326,7 +349,7 @@ class Crawler:
         while True:
             await asyncio.sleep(self.cfg.checkpoint_interval)
             try:
-                self.checkpoint()
+                await self.checkpoint_async()
             except OSError as exc:  # disk full, no fd: keep crawling, the next one may succeed
                 self.stats.resource_waits += 1
                 failing += 1

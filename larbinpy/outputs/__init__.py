@@ -31,12 +31,13 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from larbinpy.config import Config
 from larbinpy.links.scope import url_extension
 from larbinpy.net.body import Body
-from larbinpy.outputs.files import is_storage_error
+from larbinpy.outputs.files import Unsynced, is_storage_error
 from larbinpy.outputs.hook import Hook, PageView, load_hook
 from larbinpy.records import Job, Page
 from larbinpy.stats import Stats
@@ -116,6 +117,19 @@ def page_from_response(job: Job, resp: Any, body: Body, started: float, ip: str 
         reason=resp.reason or "",
         request_headers=resp.request_info.headers if body.raw is not None else None,
     )
+
+
+@dataclass
+class Taken:
+    """Files one output wrote, handed over to be made durable in a worker thread."""
+
+    owner: Unsynced  # the output's record, to give the files back to if the sync fails
+    part: Unsynced  # what the thread syncs (and empties as it goes)
+    backup: Unsynced  # an untouched copy of it
+
+    def sync(self) -> None:
+        """Fsync the files and folders (in a worker thread)."""
+        self.part.sync()
 
 
 def _name(out: object) -> str:
@@ -314,6 +328,23 @@ class Outputs:
         self._update()
         if failed is not None:
             raise failed
+
+    def take_unsynced(self) -> list[Taken]:
+        """What the outputs that track their files (`unsynced`) wrote so far, taken to be
+        fsynced off the event loop (`Taken.sync` in a worker thread)."""
+        taken = []
+        for out in self.outputs:
+            owner = getattr(out, "unsynced", None)
+            if isinstance(owner, Unsynced) and owner:
+                part = owner.take()
+                taken.append(Taken(owner, part, part.copy()))
+        return taken
+
+    @staticmethod
+    def give_back(taken: list[Taken]) -> None:
+        """A background sync of `take_unsynced()` did not complete: the next flush redoes it."""
+        for t in taken:
+            t.owner.merge(t.backup)
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Before close: let running async hook calls finish, try the backlogs once more."""
