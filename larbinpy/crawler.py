@@ -32,7 +32,7 @@ from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
 from larbinpy.frontier.robotsdb import FileVerdicts, VerdictStore
 from larbinpy.frontier.seen import BitmapSeenSet
 from larbinpy.frontier.sites import Sites, never_forward
-from larbinpy.frontier.state import StateDir
+from larbinpy.frontier.state import Position, StateDir
 from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
 from larbinpy.net.client import make_http1, make_session
 from larbinpy.net.policy import NetworkPolicy
@@ -314,7 +314,10 @@ class Crawler:
         """No new fetches; let running ones finish (bounded), then cancel and checkpoint."""
         self.opener.stopping = True
         deadline = time.monotonic() + self.cfg.timeout_total
-        while self.opener.in_flight and time.monotonic() < deadline and not self._forced:
+        # fetches held back by a paused output (disk full) are not waited for: the checkpoint
+        # saves their jobs
+        while (self.opener.in_flight and time.monotonic() < deadline and not self._forced
+               and self.outputs.paused_reason is None):
             self._changed.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), 0.5)
@@ -327,15 +330,40 @@ class Crawler:
         if self.cluster is not None:
             await self.cluster.stop()  # flush to Redis, then leave (handing over if not done)
         await self.outputs.drain()
-        self.checkpoint()
+        try:
+            self.checkpoint()
+        except OSError as exc:  # the last durable checkpoint stays valid: resume from it
+            log.error("final checkpoint failed (%s); a restart resumes from the previous one",
+                      exc)
 
     def in_memory(self) -> Iterator[Job]:
-        """Jobs that only memory holds: site windows and fetches in flight."""
+        """Jobs that only memory holds: site windows, fetches in flight, fetched pages that
+        an output has not stored yet (a crash fetches them again)."""
         yield from self.sites.jobs()
         yield from self.opener.active.values()
+        yield from self.outputs.pending_jobs()
 
     def checkpoint(self) -> None:
         """Make outputs and queues durable, save cursors and in-memory jobs, then release."""
+        self._commit(*self._snapshot())
+
+    async def checkpoint_async(self) -> None:
+        """`checkpoint()`, with the outputs' per-file fsyncs in a worker thread: the crawl goes
+        on meanwhile, and the checkpoint is written once they are done."""
+        self.parser.flush()
+        taken = self.outputs.take_unsynced()  # the pages' files written up to this moment
+        try:
+            snapshot = self._snapshot()
+            for part in taken:
+                await asyncio.to_thread(part.sync)
+        except BaseException:  # OSError, or cancelled by a stop: the next flush redoes them
+            self.outputs.give_back(taken)
+            raise
+        self._commit(*snapshot)
+
+    def _snapshot(self) -> tuple[dict[int, Position], dict[str, Position], list[Job]]:
+        """Flush and sync the outputs (those not taken) and the queues; then cursors and the
+        jobs only memory holds, as of this moment."""
         # Order matters: pages read but not parsed go on first (their links to the frontier,
         # the pages to the outputs); everything is synced before the cursors are taken, and
         # files before the cursors are released only once the checkpoint naming them is on disk.
@@ -348,8 +376,12 @@ class Crawler:
         for queue in (self.frontier, self.spill):
             queue.flush()
             queue.sync()
-        frontier, spill = self.frontier.positions(), self.spill.positions()
-        self.state.write_checkpoint(frontier, spill, self.in_memory(), self.stats.urls_seen)
+        return self.frontier.positions(), self.spill.positions(), list(self.in_memory())
+
+    def _commit(self, frontier: dict[int, Position], spill: dict[str, Position],
+                jobs: list[Job]) -> None:
+        """Write the checkpoint, then release the files before its cursors."""
+        self.state.write_checkpoint(frontier, spill, jobs, self.stats.urls_seen)
         self.frontier.release(frontier)
         self.spill.release(spill)
 
@@ -366,12 +398,21 @@ class Crawler:
 
     async def _checkpoints(self) -> None:
         """Every checkpointInterval seconds: save state (bounds re-fetches after a crash)."""
+        failing = 0  # checkpoints failed in a row (logged at the first, and on recovery)
         while True:
             await asyncio.sleep(self.cfg.checkpoint_interval)
             try:
-                self.checkpoint()
-            except OSError:  # disk full: keep crawling, the next checkpoint may succeed
-                log.exception("checkpoint failed; the previous one stays valid")
+                await self.checkpoint_async()
+            except OSError as exc:  # disk full, no fd: keep crawling, the next one may succeed
+                self.stats.resource_waits += 1
+                failing += 1
+                if failing == 1:
+                    log.error("checkpoint failed (%s); the previous one stays valid; retrying "
+                              "every %s s", exc, self.cfg.checkpoint_interval)
+                continue
+            if failing:
+                log.warning("checkpoint written again after %d failed attempts", failing)
+                failing = 0
 
     # --- signals and shutdown ---
 

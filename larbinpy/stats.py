@@ -66,6 +66,7 @@ class Stats:
         self.dns_queries = 0
         self.robots_fetches = 0
         self.output_errors = 0
+        self.resource_waits = 0  # work put off because a file, descriptor or memory was refused
         # (monotonic time, pages, bytes) samples, one a second, for "last 10 s" rates
         self.samples: deque[tuple[float, int, int]] = deque(maxlen=600)
 

@@ -254,13 +254,13 @@ def test_release_never_deletes_what_is_still_to_be_popped(tmp_path: Path,
     assert drain(fifo) == make(499, 1)
 
 
-def test_a_cursor_past_the_data_or_on_a_missing_segment_is_refused(tmp_path: Path) -> None:
+def test_a_cursor_inside_a_line_or_on_a_missing_segment_is_refused(tmp_path: Path) -> None:
     fifo = SegmentFifo(tmp_path, "q")
     fifo.push(make(10))
     fifo.flush()
     size = segments(tmp_path)[0].stat().st_size
-    with pytest.raises(StateError, match=r"q\.0\.seg"):
-        SegmentFifo(tmp_path, "q", (0, size + 30))
+    # past the data: the file was cut short after the checkpoint; what is left is read
+    assert len(SegmentFifo(tmp_path, "q", (0, size + 30))) == 0
     with pytest.raises(StateError, match="line start"):
         SegmentFifo(tmp_path, "q", (0, 3))
     with pytest.raises(StateError, match=r"q\.7\.seg"):
@@ -316,14 +316,19 @@ def test_garbage_inside_a_segment_raises_state_error_naming_the_file(
 
 
 @pytest.mark.usefixtures("small")
-def test_a_segment_other_than_the_last_that_ends_mid_line_is_an_error(tmp_path: Path) -> None:
+def test_a_segment_other_than_the_last_cut_mid_line_is_repaired(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     fifo = SegmentFifo(tmp_path, "q")
     fifo.push(make(250))
     fifo.flush()
     first = segments(tmp_path)[0]
+    whole = len(first.read_bytes().splitlines())
     os.truncate(first, first.stat().st_size - 4)
-    with pytest.raises(StateError, match=r"q\.0\.seg"):
-        SegmentFifo(tmp_path, "q")
+    again = drain(SegmentFifo(tmp_path, "q"))
+    # the torn line is cut, every other job is still there, in order, and the cut is logged
+    assert again == make(whole - 1) + make(250 - whole, whole)
+    assert first.read_bytes().endswith(b"\n")
+    assert "q.0.seg: cut back" in caplog.text
 
 
 FIFO_CHILD = """

@@ -284,3 +284,42 @@ async def test_a_full_disk_pauses_the_crawl_and_no_page_is_lost(make_web, monkey
     assert set(saved(tw.tmp / "save")) == set(tw.pages_fetched())  # every page, none lost
     started_while_full = {tw.url(h.host, h.path) for h in tw.web.hits if full < h.start < freed}
     assert started_while_full <= under_way  # fetching paused (bar fetches already under way)
+
+
+# --- durability at a checkpoint ---
+
+
+def test_flush_makes_every_output_durable_and_forgets_what_it_synced(tmp_path):
+    outs = outputs(tmp_path, "output save\noutput mirror\noutput warc\noutput links")
+    tracked = [o.unsynced for o in outs.outputs if o.name in ("save", "mirror")]
+    for count in (3, 40):  # a few files (one fsync each), then a batch (one syncfs)
+        for i in range(count):
+            outs.write(page(f"http://d{count}.test/p{i}", body=f"page {i}".encode()))
+        assert all(tracked)  # save and mirror recorded the files they wrote
+        outs.flush()
+        assert not any(tracked) and not any(o.unsynced for o in outs.outputs
+                                            if hasattr(o, "unsynced"))
+    assert len(saved(tmp_path / "save")) == 43
+
+
+async def test_a_checkpoint_is_not_written_past_pages_not_made_durable(tmp_path):
+    cfg = parse_config(f"stateDir {tmp_path}/state\nsaveDir {tmp_path}/save\noutput save\n"
+                       "httpPort 0\ninputPort 0\n")
+    crawler = Crawler(cfg, scratch=True)
+    try:
+        crawler.checkpoint()
+        checkpoint = tmp_path / "state" / "checkpoint"
+        before = checkpoint.read_bytes()
+        crawler.outputs.write(page("http://c.test/p1"))
+        folder = tmp_path / "save" / "d00000"
+        for entry in folder.iterdir():  # the folder vanishes before its files were synced
+            entry.unlink()
+        folder.rmdir()
+        with pytest.raises(OSError):
+            await crawler.checkpoint_async()  # the fsync in the worker thread fails
+        with pytest.raises(OSError):
+            crawler.checkpoint()  # and so does the synchronous one: nothing was forgotten
+        assert checkpoint.read_bytes() == before
+        assert crawler.outputs.paused_reason is not None  # and the crawl waits for its storage
+    finally:
+        crawler._close()

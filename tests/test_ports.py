@@ -118,9 +118,9 @@ async def test_status_page_json_and_metrics_show_the_figures(make_web):
 STATUS_FIELDS = [
     "version", "uptime_s", "pages", "bytes", "pages_per_s", "bytes_per_s", "urls_seen",
     "queued_per_priority", "queued_in_sites", "sites", "connections_open", "dns_queries",
-    "robots_fetches", "robots_refusals", "links_dropped", "output_errors", "outputs", "outcomes",
-    "errors", "history", "tls_verify", "proxy", "idle", "cluster", "stopping",
-    "waiting_for",
+    "robots_fetches", "robots_refusals", "links_dropped", "output_errors", "resource_waits",
+    "outputs", "outcomes", "errors", "history", "tls_verify", "proxy", "idle", "cluster",
+    "stopping", "waiting_for",
 ]
 METRIC_FAMILIES = [
     "larbinpy_pages", "larbinpy_body_bytes", "larbinpy_urls_seen", "larbinpy_dns_queries",

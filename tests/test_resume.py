@@ -125,7 +125,7 @@ async def test_state_made_with_another_hash_size_is_refused(make_web):
     assert b"hashSize" in err and b"--scratch" in err
 
 
-async def test_a_corrupt_checkpoint_is_refused_not_read_as_empty(make_web):
+async def test_a_torn_checkpoint_is_repaired_and_a_corrupt_one_refused(make_web):
     tw = await make_web(slow_web()[:1])
     conf = write_conf(tw)
     proc = await start(tw, conf)
@@ -134,7 +134,14 @@ async def test_a_corrupt_checkpoint_is_refused_not_read_as_empty(make_web):
     proc.send_signal(signal.SIGTERM)
     await proc.wait()
     data = checkpoint.read_bytes()
-    checkpoint.write_bytes(data[: len(data) // 2])  # truncated
+    checkpoint.write_bytes(data[:-5])  # its end lost (the trailer): repaired, logged, no loss
+    proc = await start(tw, conf)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0 and b"cut short" in err, err.decode()
+    assert set(tw.pages_fetched()) == {tw.url("k1.test", p) for p in slow_web()[0].pages}
+    data = bytearray(checkpoint.read_bytes())
+    data[len(data) // 2] ^= 1  # whole, but not what was written: refused, not read as empty
+    checkpoint.write_bytes(bytes(data))
     proc = await start(tw, conf)
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2 and b"checkpoint" in err

@@ -87,6 +87,7 @@ def snapshot(source: StatusSource) -> dict[str, Any]:
         "robots_refusals": stats.outcomes["forbiddenRobots"],
         "links_dropped": stats.links_dropped,
         "output_errors": stats.output_errors,
+        "resource_waits": stats.resource_waits,
         "outputs": f.outputs,
         "outcomes": dict(stats.outcomes),
         "errors": stats.errors(),

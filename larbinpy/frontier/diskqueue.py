@@ -15,17 +15,26 @@ Crash contract (shared by both classes):
 - nothing is deleted while a restart could still rewind to it: consumed files go only in
   `release(cursor)`, called with the cursor of the last *durable* checkpoint;
 - on open, a torn last line (a write cut by the kill) is truncated away: it was never reported
-  flushed. A malformed line anywhere else is damage and raises `StateError`, naming file and
+  flushed. A file cut short anywhere (a disk that filled, a power loss, an operator's copy) is
+  repaired the same way: cut back to its last whole line, and what was cut is logged. A
+  malformed line in the middle of a file is damage and raises `StateError`, naming file and
   offset, rather than being read as a shorter queue.
+
+Resource contract: a write or open refused by the system (EMFILE, ENFILE, ENOMEM, ENOSPC...)
+raises OSError and changes nothing: buffered jobs stay buffered, cursors and counts stay
+where they were, and the same call succeeds once the resource is back.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
 import re
+import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from pathlib import Path
 
@@ -45,8 +54,15 @@ UNSYNCED_MAX = 16  # closed segments waiting for sync() before we fsync them any
 SPILL_SEGMENT_BYTES = 4 << 20  # a site's spill file is closed past this size
 SPILL_BUFFER_BYTES = 1 << 20  # spilled lines held in memory (all sites) before writing
 SPILL_FDS = 64  # spill files kept open (LRU)
+WARN_EVERY = 10.0  # seconds between two warnings that queued jobs cannot be written
 
 Position = tuple[int, int]
+
+log = logging.getLogger("larbinpy.diskqueue")
+
+# An open refused for want of descriptors: closing cached fds may let it through.
+_FD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+_warned = -WARN_EVERY  # time.monotonic() of the last such warning
 
 # A line start not followed by two integers, a hops field and a tab: a malformed job line.
 _BAD_LINE = re.compile(rb"(?m)^(?!-?[0-9]+\t-?[0-9]+\t-?[0-9]+(?:(?::-?[0-9]+){3})?\t)")
@@ -101,7 +117,7 @@ def _read_lines(fd: int, offset: int, want: int, limit: int | None, path: Path) 
         if not data:
             return b""
         if len(data) < want:  # the end (of file or limit) inside a line: a torn line
-            raise StateError(f"{path}: truncated job line at byte {offset}; use --scratch")
+            raise StateError(f"{path}: truncated job line at byte {offset}")
         want *= 2  # a line longer than the window
 
 
@@ -117,35 +133,61 @@ def _whole_end(fd: int, size: int) -> int:
     return 0
 
 
-def _scan(path: Path, start: int, last: bool) -> tuple[int, int]:
-    """Check the job lines of path from `start`: (how many, end of the last good line).
+def _scan(path: Path, start: int) -> tuple[int, int, int]:
+    """Check the job lines of path from `start`: (how many, the start used, end of good lines).
 
-    In the last file a torn tail (no final newline, or one unparsable final line) is not an
-    error: the end returned excludes it and the caller truncates. Elsewhere it is StateError.
+    A torn tail (no final newline, or one unparsable final line) is not an error: the end
+    returned excludes it and the caller cuts it off. A saved cursor beyond that end (the file
+    was cut short) is moved to the end, and logged. A malformed line before the last is damage:
+    StateError.
     """
     fd = os.open(path, os.O_RDONLY)
     try:
-        size = os.fstat(fd).st_size
-        if last:
-            size = _whole_end(fd, size)
-        if start > size or (start and os.pread(fd, 1, start - 1) != b"\n"):
+        size = _whole_end(fd, os.fstat(fd).st_size)
+        if start > size:
+            log.warning("%s: cut short before its saved cursor (byte %d, now %d bytes): the jobs "
+                        "in between are lost", path, start, size)
+            start = size
+        if start and os.pread(fd, 1, start - 1) != b"\n":
             raise StateError(f"{path}: saved cursor {start} is not a line start; use --scratch")
         off, count = start, 0
         while block := _read_lines(fd, off, SCAN_BYTES, size, path):
             bad = _BAD_LINE.search(block, 0, len(block) - 1)
             if bad:
                 final = block.find(b"\n", bad.start()) + 1 == len(block)
-                if last and final and off + len(block) == size:
-                    return count + block.count(b"\n", 0, bad.start()), off + bad.start()
+                if final and off + len(block) == size:
+                    return count + block.count(b"\n", 0, bad.start()), start, off + bad.start()
                 raise StateError(
                     f"{path}: malformed job line at byte {off + bad.start()}; use --scratch")
             count += block.count(b"\n")
             off += len(block)
-        if off != size:  # only possible outside the last file: it ends inside a line
-            raise StateError(f"{path}: truncated job line at byte {off}; use --scratch")
-        return count, off
+        return count, start, off
     finally:
         os.close(fd)
+
+
+def _try(flush: Callable[[], None]) -> None:
+    """A flush a push triggers: on OSError the jobs stay buffered (pushed and counted), the
+    error is logged, and the next flush tries again; only an explicit flush() raises."""
+    global _warned
+    try:
+        flush()
+    except OSError as exc:
+        if time.monotonic() - _warned >= WARN_EVERY:  # once in a while, not once a push
+            _warned = time.monotonic()
+            log.warning("cannot write queued jobs yet, kept in memory: %s", exc)
+
+
+def _cut(path: Path | str, end: int, last: bool) -> None:
+    """Truncate a file to `end`, its last whole line; log it unless it is a kill's torn write."""
+    size = os.stat(path).st_size
+    if size == end:
+        return
+    if not last:  # only the last file is ever appended to: anything else was damaged
+        log.warning("%s: cut back from %d to %d bytes (a torn job line)", path, size, end)
+    else:
+        log.info("%s: torn last write cut off (%d bytes)", path, size - end)
+    os.truncate(path, end)
 
 
 # --- one FIFO ---
@@ -192,10 +234,11 @@ class SegmentFifo:
         last = self._segs[-1]
         for seq in self._segs:
             if seq >= rseq:
-                count, end = _scan(self._path(seq), roff if seq == rseq else 0, seq == last)
+                count, start, end = _scan(self._path(seq), roff if seq == rseq else 0)
+                if seq == rseq:
+                    roff = start
                 self._count += count
-        # The torn tail was never reported flushed: dropping it loses nothing accepted.
-        os.truncate(self._path(last), end)
+                _cut(self._path(seq), end, seq == last)
         self._wseq, self._wsize, self._wjobs = last, end, count
         self._wfd = os.open(self._path(last), os.O_WRONLY | os.O_APPEND)
         self._unsynced: list[int] = []  # closed segments not yet fsynced
@@ -229,7 +272,7 @@ class SegmentFifo:
                 self._buf_jobs += len(part)
                 self._count += len(part)
                 if self._buf_chars >= BUFFER_BYTES or len(part) == room:
-                    self.flush()
+                    _try(self.flush)
 
     def flush(self) -> None:
         """Hand buffered jobs to the kernel with one write: from here a kill -9 keeps them."""
@@ -242,16 +285,18 @@ class SegmentFifo:
         self._wjobs += self._buf_jobs
         self._buf_jobs = 0
         if self._wsize >= SEGMENT_BYTES or self._wjobs >= SEGMENT_JOBS:
-            self._rotate()
+            with contextlib.suppress(OSError):  # no fd for the next one: retried at next flush
+                self._rotate()
 
     def _rotate(self) -> None:
         """Start the next segment; the full one waits, open, for its fsync in sync()."""
         # The new file is created only after the old one got its last whole line, so at any
         # kill the only segment that can end in a torn line is the last one.
+        fd = os.open(self._path(self._wseq + 1),
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
         self._unsynced.append(self._wfd)
         self._wseq += 1
-        self._wfd = os.open(self._path(self._wseq),
-                            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+        self._wfd = fd
         self._wsize = self._wjobs = 0
         self._segs.append(self._wseq)
         self._dir_dirty = True
@@ -260,10 +305,9 @@ class SegmentFifo:
 
     def _sync_closed(self) -> None:
         """Fsync and close the full segments written since the last sync."""
-        for fd in self._unsynced:
-            os.fsync(fd)
-            os.close(fd)
-        self._unsynced = []
+        while self._unsynced:  # one at a time: a failed fsync leaves the rest for next time
+            os.fsync(self._unsynced[0])
+            os.close(self._unsynced.pop(0))
 
     def sync(self) -> None:
         """Flush, then make everything written durable against power loss (checkpoint time)."""
@@ -315,10 +359,10 @@ class SegmentFifo:
 
     def _next_segment(self) -> None:
         """Move the read cursor to the start of the following segment."""
+        seq = self._segs[self._segs.index(self._rseq) + 1]
+        fd = os.open(self._path(seq), os.O_RDONLY)  # first: a refused open changes nothing
         os.close(self._rfd)
-        self._rseq = self._segs[self._segs.index(self._rseq) + 1]
-        self._roff = 0
-        self._rfd = os.open(self._path(self._rseq), os.O_RDONLY)
+        self._rseq, self._roff, self._rfd = seq, 0, fd
 
     def position(self) -> Position:
         """Cursor of the next job to pop: (segment number, byte offset)."""
@@ -414,8 +458,9 @@ class DiskFrontier:
         for prio in self._order:
             fifo = self._fifos[prio]
             if len(fifo):
+                job = fifo.pop()  # (an OSError here leaves the count as it was)
                 self._size -= 1
-                return fifo.pop()
+                return job
         return None
 
     def sizes(self) -> dict[int, int]:
@@ -507,11 +552,23 @@ class SiteSpill:
         """An fd for reading and appending to a spill file (from the LRU cache)."""
         fd = self._fds.pop(name, None)
         if fd is None:  # (a str path: pathlib would cost more than the open itself)
-            fd = os.open(self._root + name, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = self._open_fd(name)
             if len(self._fds) >= SPILL_FDS:
                 os.close(self._fds.popitem(last=False)[1])
         self._fds[name] = fd
         return fd
+
+    def _open_fd(self, name: str) -> int:
+        """Open a spill file; out of descriptors, give back half the cache and try once more."""
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
+        try:
+            return os.open(self._root + name, flags, 0o644)
+        except OSError as exc:
+            if exc.errno not in _FD_ERRNOS or not self._fds:
+                raise
+        for _ in range((len(self._fds) + 1) // 2):  # the least recently used ones
+            os.close(self._fds.popitem(last=False)[1])
+        return os.open(self._root + name, flags, 0o644)
 
     def _unlink(self, name: str) -> None:
         """Delete a spill file, closing its cached fd."""
@@ -532,20 +589,32 @@ class SiteSpill:
         self._next_gen = max([-1, *(g for gens in groups.values() for g in gens),
                               *(p[0] for p in positions.values())]) + 1
         for stem, gens in groups.items():
-            gens.sort()
-            key = self._read_key(stem, gens)
-            if key is not None:
+            gens = self._whole_files(stem, sorted(gens))
+            if gens:
+                key = self._read_key(stem, gens[0])
                 self._restore_site(key, gens, positions.get(key))
 
-    def _read_key(self, stem: str, gens: list[int]) -> str | None:
-        """The site key in the header of a site's files (None: only a torn first write)."""
-        head = self._head(self.dir / f"{stem}.{gens[0]}.spill")
-        if head is None and len(gens) == 1:  # its first write was cut: nothing was flushed
-            self._unlink(f"{stem}.{gens[0]}.spill")
-            return None
+    def _whole_files(self, stem: str, gens: list[int]) -> list[int]:
+        """The site's files that have a whole header line; the others hold no job: deleted."""
+        kept = []
+        for gen in gens:
+            name = f"{stem}.{gen}.spill"
+            if self._head(self.dir / name) is not None:
+                kept.append(gen)
+                continue
+            # A torn first write (kill) or a file cut short within its header: no job lines.
+            level = logging.INFO if gen == gens[-1] else logging.WARNING
+            log.log(level, "%s: no whole header line (%d bytes): removed", self.dir / name,
+                    os.stat(self.dir / name).st_size)
+            self._unlink(name)
+        return kept
+
+    def _read_key(self, stem: str, gen: int) -> str:
+        """The site key in the header of a site's file."""
+        head = self._head(self.dir / f"{stem}.{gen}.spill")
         key = head[1:-1].decode("utf-8", "surrogateescape") if head else ""
         if not head or head[:1] != b"#" or not self._file(key, 0).startswith(stem):
-            raise StateError(f"{self.dir / f'{stem}.{gens[0]}.spill'}: bad header; use --scratch")
+            raise StateError(f"{self.dir / f'{stem}.{gen}.spill'}: bad header; use --scratch")
         return key
 
     @staticmethod
@@ -556,10 +625,8 @@ class SiteSpill:
         return head if head.endswith(b"\n") else None
 
     def _restore_site(self, key: str, gens: list[int], cursor: Position | None) -> None:
-        """Check one site's files from its cursor, truncate a torn tail, count its jobs."""
+        """Check one site's files from its cursor, cut torn tails, count its jobs."""
         hlen = len(self._header(key))
-        if len(gens) > 1 and self._head(self.dir / self._file(key, gens[-1])) is None:
-            self._unlink(self._file(key, gens.pop()))  # a new file whose first write was cut
         rgen, roff = cursor or (gens[0], hlen)
         if rgen not in gens:  # the cursor's file was consumed and deleted (release)
             later = [g for g in gens if g > rgen]
@@ -576,9 +643,11 @@ class SiteSpill:
             path = self.dir / self._file(key, gen)
             if self._head(path) != self._header(key):
                 raise StateError(f"{path}: bad header; use --scratch")
-            count, site.wsize = _scan(path, roff if gen == rgen else hlen, gen == gens[-1])
+            count, start, site.wsize = _scan(path, roff if gen == rgen else hlen)
+            if gen == rgen:
+                site.roff = max(start, hlen)
             site.count += count
-        os.truncate(self.dir / self._file(key, gens[-1]), site.wsize)  # drop a torn tail
+            _cut(path, site.wsize, gen == gens[-1])
         self._sites[key] = site
         self._total += site.count
 
@@ -615,34 +684,46 @@ class SiteSpill:
         self._total += len(jobs)
         self._pending_chars += len(text)
         if self._pending_chars >= SPILL_BUFFER_BYTES:
-            self.flush()
+            _try(self.flush)
 
     def flush(self) -> None:
         """Write every site's buffered lines: one open-append per site (fds cached, LRU)."""
-        for key, site in self._dirty.items():
+        while self._dirty:  # one site at a time: a failure leaves the rest buffered, as they were
+            key, site = next(iter(self._dirty.items()))
             self._flush_site(key, site)
-        self._dirty = {}
-        self._pending_chars = 0
+            del self._dirty[key]
 
     def _flush_site(self, key: str, site: _Spilled) -> None:
-        """Append a site's buffered lines to its last file, starting a new file when needed."""
+        """Append a site's buffered lines to its last file, starting a new file when needed.
+
+        If the open or the write fails, nothing changes: the lines stay buffered."""
         assert site.pending is not None
         data = "".join(site.pending).encode("utf-8", "surrogateescape")
-        if not site.gens or site.wsize >= SPILL_SEGMENT_BYTES:
+        new = not site.gens or site.wsize >= SPILL_SEGMENT_BYTES
+        if new:
             # A new file gets its header in the same write as its first lines, so a kill
             # leaves either no file content, a torn first write (dropped on open), or both.
-            gen = self._next_gen
+            gen, size = self._next_gen, 0
+            data = self._header(key) + data
+        else:
+            gen, size = site.gens[-1], site.wsize
+        name = self._file(key, gen)
+        try:
+            _write_all(self._fd(name), data, size)
+        except OSError:
+            if new:  # no empty file left behind (its number is used again)
+                with contextlib.suppress(OSError):
+                    self._unlink(name)
+            raise
+        if new:
             self._next_gen += 1
             site.gens.append(gen)
-            site.wsize = 0
-            data = self._header(key) + data
             self._dir_dirty = True
             if site.rgen < 0:
                 site.rgen, site.roff = gen, len(self._header(key))
-        name = self._file(key, site.gens[-1])
-        _write_all(self._fd(name), data, site.wsize)
         self._unsynced.add(name)
-        site.wsize += len(data)
+        site.wsize = size + len(data)
+        self._pending_chars -= sum(map(len, site.pending))
         site.pending = None
 
     def sync(self) -> None:
@@ -671,11 +752,22 @@ class SiteSpill:
         if site is None or n <= 0 or not site.count:
             return []
         if site.pending is not None:  # the reader may reach them: write them first
-            self._pending_chars -= sum(map(len, site.pending))
             self._flush_site(site_key, site)
             del self._dirty[site_key]
         out: list[Job] = []
         n = min(n, site.count)
+        try:
+            self._read(site_key, site, n, out)
+        except OSError:
+            if not out:
+                raise  # nothing moved: the caller may try again later
+            # the jobs read so far are handed over (the cursor is past them); the rest waits
+        site.count -= len(out)
+        self._total -= len(out)
+        return out
+
+    def _read(self, site_key: str, site: _Spilled, n: int, out: list[Job]) -> None:
+        """Append up to n of the site's jobs to `out`, moving its read cursor past them."""
         while len(out) < n:
             name = self._file(site_key, site.rgen)
             path, last = self.dir / name, site.rgen == site.gens[-1]
@@ -690,9 +782,6 @@ class SiteSpill:
             for line in data[:-1].split(b"\n")[: n - len(out)]:
                 out.append(_parse(line, path, site.roff))
                 site.roff += len(line) + 1
-        site.count -= len(out)
-        self._total -= len(out)
-        return out
 
     # --- cursors and deletion ---
 

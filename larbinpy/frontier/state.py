@@ -13,7 +13,8 @@ Layout:
 - `checkpoint`: the URLs seen so far (a count, for the figures), the read cursors of the
   FIFOs and spill files at the last checkpoint, plus the jobs that were in memory then (site
   windows, fetches in flight), with a line count and a CRC; written to a temporary file,
-  fsynced, renamed.
+  fsynced, renamed. One found cut short (no trailer: the disk lost its end) is repaired on load
+  with what it still holds, and logged.
 
 After a `kill -9`, a restart reopens the FIFOs and spill files at the checkpoint's cursors and
 re-queues its jobs: everything accepted is there; jobs fetched since the checkpoint are fetched
@@ -23,8 +24,11 @@ naming a later cursor is durable.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import re
 import shutil
 import zlib
 from collections.abc import Iterable
@@ -36,6 +40,9 @@ from larbinpy.records import Job
 
 FORMAT = 2
 Position = tuple[int, int]
+_TRAILER = re.compile(r"end [0-9]+ [0-9]+\n")
+
+log = logging.getLogger("larbinpy.state")
 
 
 class StateError(Exception):
@@ -51,6 +58,17 @@ class Saved:
     jobs: list[Job] = field(default_factory=list)
     urls_seen: int = 0  # URLs accepted by the seen-set up to this checkpoint
     fresh: bool = True  # no checkpoint at all: a new crawl
+
+
+def _saved(cursors: dict[str, dict[str, list[int]]], jobs: list[Job]) -> Saved:
+    """A Saved from a checkpoint's cursor object and jobs."""
+    return Saved(
+        {int(p): tuple(pos) for p, pos in cursors["frontier"].items()},  # type: ignore[misc]
+        {k: tuple(pos) for k, pos in cursors["spill"].items()},  # type: ignore[misc]
+        jobs,
+        urls_seen=int(cursors.get("urls_seen", 0)),  # type: ignore[call-overload]
+        fresh=False,
+    )
 
 
 def _job(line: str) -> Job | None:
@@ -114,28 +132,47 @@ class StateDir:
         return self.root / "robots.jsonl"
 
     def load(self) -> Saved:
-        """The last checkpoint (an empty Saved when there is none)."""
+        """The last checkpoint (an empty Saved when there is none); a torn one is repaired."""
         path = self.root / "checkpoint"
         if not path.exists():
             return Saved()
         lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(True)
-        if len(lines) < 3 or lines[0] != f"larbinpy-checkpoint {FORMAT}\n":
-            raise StateError(f"{path} is truncated or not a checkpoint; use --scratch")
+        if lines and lines[0] != f"larbinpy-checkpoint {FORMAT}\n" and lines[0].endswith("\n"):
+            raise StateError(f"{path} is not a checkpoint of this version; use --scratch")
+        if len(lines) < 3 or not _TRAILER.fullmatch(lines[-1]):
+            return self._torn(path, lines)
         body, trailer = lines[1:-1], lines[-1]
         crc = zlib.crc32("".join(body).encode("utf-8", "surrogateescape"))
         if trailer != f"end {len(body)} {crc}\n":
             raise StateError(f"{path} is corrupt (count or checksum mismatch); use --scratch")
-        cursors = json.loads(body[0])
         jobs = [j for j in map(_job, body[1:]) if j is not None]
         if len(jobs) != len(body) - 1:
             raise StateError(f"{path} has malformed lines; use --scratch")
-        return Saved(
-            {int(p): tuple(pos) for p, pos in cursors["frontier"].items()},  # type: ignore[misc]
-            {k: tuple(pos) for k, pos in cursors["spill"].items()},  # type: ignore[misc]
-            jobs,
-            urls_seen=int(cursors.get("urls_seen", 0)),
-            fresh=False,
-        )
+        return _saved(json.loads(body[0]), jobs)
+
+    @staticmethod
+    def _torn(path: Path, lines: list[str]) -> Saved:
+        """A checkpoint cut short (no whole trailer): keep its cursors and whole job lines.
+
+        Without its cursor line the queues are read from their oldest files (jobs done since
+        the files were last released are fetched again); jobs cut off are lost, and logged.
+        """
+        cursors: dict[str, dict[str, list[int]]] = {"frontier": {}, "spill": {}}
+        if len(lines) > 1 and lines[1].endswith("\n"):
+            with contextlib.suppress(ValueError):
+                found = json.loads(lines[1])
+                if isinstance(found, dict) and {"frontier", "spill"} <= found.keys():
+                    cursors = found
+        jobs = []
+        for line in lines[2:]:
+            job = _job(line)
+            if job is None:  # the tear (the rest, if any, is not trusted)
+                break
+            jobs.append(job)
+        log.warning("%s was cut short (%d lines, no trailer): repaired with %s cursors and %d "
+                    "jobs; the jobs cut off are lost", path, len(lines),
+                    "its" if cursors["frontier"] or cursors["spill"] else "no saved", len(jobs))
+        return _saved(cursors, jobs)
 
     def write_checkpoint(
         self, frontier: dict[int, Position], spill: dict[str, Position], jobs: Iterable[Job],

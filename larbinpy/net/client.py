@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import functools
 import ssl
+from typing import Any
 
 import aiohttp
 
 from larbinpy.config import Config
 from larbinpy.net.body import ACCEPT_ENCODING, CountingHandler
-from larbinpy.net.http1 import FetchError, Http1Client
+from larbinpy.net.http1 import FetchError, Http1Client, patiently
 from larbinpy.net.policy import DeniedNetworkError
 from larbinpy.net.resolver import CrawlerResolver, HostLookup
 from larbinpy.stats import Outcome
@@ -82,9 +83,20 @@ def make_http1(cfg: Config, dns: HostLookup) -> Http1Client | None:
     )
 
 
+class PatientConnector(aiohttp.TCPConnector):
+    """aiohttp's connector, whose connects wait while local resources (descriptors) are short,
+    like the HTTP/1.1 client's (`http1.patiently`); the session's total timeout still bounds
+    the fetch."""
+
+    async def _wrap_create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        connect = super()._wrap_create_connection
+        result, _ = await patiently(lambda _waited: connect(*args, **kwargs))
+        return result
+
+
 def make_session(cfg: Config, dns: HostLookup) -> aiohttp.ClientSession:
     """The crawl's one client session."""
-    connector = aiohttp.TCPConnector(
+    connector = PatientConnector(
         limit=0,  # the opener enforces pagesConnexions and connectionsPerHost
         resolver=CrawlerResolver(dns, cfg.proxy),
         use_dns_cache=False,  # the DNS stage caches, honouring TTLs

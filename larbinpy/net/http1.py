@@ -22,14 +22,54 @@ is cut off as tooBig within its budget, or as timeout when it sends them slowly.
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import httptools
 from aiohttp import HttpVersion
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from larbinpy.stats import Outcome
+
+log = logging.getLogger("larbinpy.net")
+T = TypeVar("T")
+
+# A connect refused for want of local resources (descriptors, socket buffers, memory) says
+# nothing about the server: the connect waits for them to come back instead of counting the
+# page unreachable. The fetch stays bounded by its total timeout and is cancelled at a stop.
+SHORT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+SHORT_WAIT_FIRST, SHORT_WAIT_MAX = 0.05, 1.0  # seconds between attempts (doubling)
+WARN_EVERY = 10.0
+
+
+class Shortage:
+    """How many connects had to wait for local resources (both clients)."""
+
+    waits = 0
+    warned = -WARN_EVERY
+
+
+async def patiently(connect: Callable[[float], Awaitable[T]]) -> tuple[T, float]:
+    """`connect(waited)`, tried again while it fails for want of local resources (see
+    SHORT_ERRNOS); its result and the seconds spent waiting for them (`waited` so far)."""
+    delay, waited = SHORT_WAIT_FIRST, 0.0
+    while True:
+        try:
+            return await connect(waited), waited
+        except OSError as exc:
+            if exc.errno not in SHORT_ERRNOS:
+                raise
+            Shortage.waits += 1
+            if time.monotonic() - Shortage.warned >= WARN_EVERY:
+                Shortage.warned = time.monotonic()
+                log.warning("cannot open a connection (%s): waiting for descriptors", exc)
+        await asyncio.sleep(delay)
+        waited += delay
+        delay = min(delay * 2, SHORT_WAIT_MAX)
 
 MAX_HEAD = 64 * 1024  # bytes of status line + headers; more is not a web server's answer
 MAX_HEADERS = 128  # aiohttp's limit too
@@ -587,7 +627,7 @@ class Http1Client:
             conn = self.pool.take(key) if attempt == 0 else None  # a retry: a new connection
             reused = conn is not None
             if conn is None:
-                conn = await self._connect(host, port, deadline)
+                conn, deadline = await self._connect(host, port, deadline)
             resp = conn.send(request, info, reused)
             conn.start_timer(deadline, self.read_timeout)
             try:
@@ -614,24 +654,31 @@ class Http1Client:
         return (head.encode("utf-8", "surrogateescape") + self.fixed_bytes + b"\r\n",
                 _RequestInfo(items))
 
-    async def _connect(self, host: str, port: int, deadline: float) -> Connection:
-        """A new connection to the first address of `host` that answers (by `deadline`)."""
-        loop = self.pool.loop
+    async def _connect(self, host: str, port: int,
+                       deadline: float) -> tuple[Connection, float]:
+        """A new connection to the first address of `host` that answers (by `deadline`), and
+        the deadline moved by the time spent waiting for local resources (not the server's)."""
         ips = await self.resolve(host, port)
         for ip in ips:
             try:
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise TimeoutError
-                async with asyncio.timeout(min(self.connect_timeout, left)):
-                    _, conn = await loop.create_connection(
-                        lambda: Connection(self.pool, (host, port)), ip, port)
-                return conn
+                (_, conn), waited = await patiently(
+                    lambda waited, ip=ip: self._open(host, port, ip, deadline + waited))
+                return conn, deadline + waited
             except TimeoutError:
                 last = Outcome.timeout
             except OSError:
                 last = Outcome.noConnection
         raise FetchError(last if ips else Outcome.noDNS)
+
+    async def _open(self, host: str, port: int, ip: str,
+                    deadline: float) -> tuple[asyncio.BaseTransport, Connection]:
+        """One connection attempt to `ip`, bounded by the connect timeout and `deadline`."""
+        left = deadline - self.pool.loop.time()
+        if left <= 0:
+            raise TimeoutError
+        async with asyncio.timeout(min(self.connect_timeout, left)):
+            return await self.pool.loop.create_connection(
+                lambda: Connection(self.pool, (host, port)), ip, port)
 
     def close(self) -> None:
         """Close pooled connections."""

@@ -7,9 +7,16 @@ out to every configured one, applies `specificSearch` / `contentTypes` (larbin's
 SPECIFICSEARCH: output only these) and calls the `userOutput` hook (`hook.py`).
 
 Failures never stop the crawl. A write refused by the storage (disk full, saveDir not
-writable) keeps the page in a backlog, pauses the crawl (`ready` turns false, `wait_ready()`
-blocks fetching) and retries every `retry_interval` seconds until it succeeds; any other
-failure is logged and counted. Archival outputs (`Archive`, e.g. `warc.py`) get every
+writable, no file descriptor or memory left) keeps the page in a backlog, pauses the crawl
+(`ready` turns false, `wait_ready()` blocks fetching) and retries every `retry_interval` seconds
+until it succeeds; any other failure is logged and counted. A page is never both missing and
+unreported: it is written, waits in a backlog (whose jobs the checkpoint saves, so a crash
+fetches them again), or is counted in `lost` (a failure retrying cannot fix, or still refused
+at close).
+
+At a checkpoint, `flush()` makes every output's writes durable (fsync of files and folders)
+before the checkpoint records positions past the pages: a power loss cannot take a page the
+checkpoint says was done. Archival outputs (`Archive`, e.g. `warc.py`) get every
 exchange, any status, plus robots.txt fetches and noDup duplicates; the others only 2xx pages.
 
 `page_from_response` is the one place a response becomes a `Page` (the reader's pages, and the
@@ -24,12 +31,13 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from larbinpy.config import Config
 from larbinpy.links.scope import url_extension
 from larbinpy.net.body import Body
-from larbinpy.outputs.files import is_storage_error
+from larbinpy.outputs.files import Unsynced, is_storage_error
 from larbinpy.outputs.hook import Hook, PageView, load_hook
 from larbinpy.records import Job, Page
 from larbinpy.stats import Stats
@@ -50,7 +58,8 @@ class Output(Protocol):
         ...
 
     def flush(self) -> None:
-        """Push buffered data to the operating system (called at each checkpoint)."""
+        """Make everything written so far durable, files and folders (called at each
+        checkpoint); raise OSError when it cannot."""
         ...
 
     def close(self) -> None:
@@ -110,6 +119,19 @@ def page_from_response(job: Job, resp: Any, body: Body, started: float, ip: str 
     )
 
 
+@dataclass
+class Taken:
+    """Files one output wrote, handed over to be made durable in a worker thread."""
+
+    owner: Unsynced  # the output's record, to give the files back to if the sync fails
+    part: Unsynced  # what the thread syncs (and empties as it goes)
+    backup: Unsynced  # an untouched copy of it
+
+    def sync(self) -> None:
+        """Fsync the files and folders (in a worker thread)."""
+        self.part.sync()
+
+
 def _name(out: object) -> str:
     """An output's name for logs and the status page."""
     return getattr(out, "name", type(out).__name__)
@@ -135,7 +157,7 @@ class Outputs:
         self.retry_interval = RETRY_INTERVAL
         self.errors = 0  # failures that dropped a page from one output (logged)
         self.pauses = 0
-        self.lost = 0  # pages still in a backlog at close (logged)
+        self.lost = 0  # pages an output never stored: dropped on error, or in a backlog at close
         self._ready = asyncio.Event()
         self._ready.set()
         self._retry_handle: asyncio.TimerHandle | None = None
@@ -191,6 +213,7 @@ class Outputs:
     def _dropped(self, i: int, page: Page, exc: BaseException) -> None:
         """A failure that retrying cannot fix (bad URL for a file name...): log and count."""
         self.errors += 1
+        self.lost += 1
         self.stats.output_errors += 1
         log.error("output %s could not store %s: %s", _name(self.outputs[i]), page.url, exc)
 
@@ -257,6 +280,13 @@ class Outputs:
             self._ready.clear()
             await self._ready.wait()
 
+    def pending_jobs(self) -> list[Job]:
+        """Jobs of the fetched pages still in a backlog: a checkpoint saves them, so a crash
+        fetches them again rather than losing them unreported."""
+        jobs = {id(page.job): page.job for backlog in self.backlogs for step, page in backlog
+                if step.__name__ != "record_robots"}  # robots.txt is no job of the queues
+        return list(jobs.values())
+
     def backlog(self) -> int:
         """Pages waiting for a storage to accept them."""
         return sum(len(b) for b in self.backlogs)
@@ -281,18 +311,40 @@ class Outputs:
     # --- checkpoints and the end ---
 
     def flush(self) -> None:
-        """Flush every output; a storage error pauses, like a failed write."""
+        """Make every output durable (checkpoint time). A storage error pauses, like a failed
+        write, and is raised once every output was tried: the checkpoint must not go on."""
         if self.paused_reason is not None:
             self.retry()
+        failed: OSError | None = None
         for i, out in enumerate(self.outputs):
             try:
                 out.flush()
             except Exception as exc:  # noqa: BLE001
                 if is_storage_error(exc):
                     self._pause(i, exc)
+                    failed = failed or exc  # type: ignore[assignment]
                 else:
                     log.error("output %s could not flush: %s", _name(out), exc)
         self._update()
+        if failed is not None:
+            raise failed
+
+    def take_unsynced(self) -> list[Taken]:
+        """What the outputs that track their files (`unsynced`) wrote so far, taken to be
+        fsynced off the event loop (`Taken.sync` in a worker thread)."""
+        taken = []
+        for out in self.outputs:
+            owner = getattr(out, "unsynced", None)
+            if isinstance(owner, Unsynced) and owner:
+                part = owner.take()
+                taken.append(Taken(owner, part, part.copy()))
+        return taken
+
+    @staticmethod
+    def give_back(taken: list[Taken]) -> None:
+        """A background sync of `take_unsynced()` did not complete: the next flush redoes it."""
+        for t in taken:
+            t.owner.merge(t.backup)
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Before close: let running async hook calls finish, try the backlogs once more."""

@@ -4,20 +4,28 @@ Outputs write whole records (a JSON line, an index line, a WARC request/response
 one call. `AppendFile` writes unbuffered and, when the write fails part-way (disk full), cuts
 the file back to where the record began, so the same record can be written again once there
 is space and the file stays well-formed.
+
+Durability: nothing is fsynced on the hot path. `Unsynced` remembers which files and folders
+were written since the last checkpoint, and its `sync()` (an output's `flush()`, called by the
+checkpoint before it records positions past those pages) fsyncs each file, then each folder
+once, so a power loss cannot take a page the checkpoint says was done.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
+import sys
 from pathlib import Path
 
 # Errors that mean "the storage cannot take writes right now" (full, read-only, not
-# writable, not there): the crawl pauses and retries, instead of dropping pages.
+# writable, not there, or the process is out of descriptors or memory): the crawl pauses and
+# retries, instead of dropping pages.
 STORAGE_ERRNOS = frozenset({
     errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
-    errno.ENOTDIR, errno.ENOENT, errno.EFBIG,
+    errno.ENOTDIR, errno.ENOENT, errno.EFBIG, errno.EMFILE, errno.ENFILE, errno.ENOMEM,
 })
 
 
@@ -37,6 +45,132 @@ def write_file(dir_fd: int, name: str, data: bytes,
             view = view[os.write(fd, view):]
     finally:
         os.close(fd)
+
+
+SYNCFS_FILES = 32  # from this many files on one file system, one syncfs() replaces their fsyncs
+
+
+def _load_syncfs() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    """Linux's syncfs(2) from the C library, or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+
+
+_syncfs = _load_syncfs()
+
+
+def syncfs(path: str | Path) -> bool:
+    """Flush the whole file system holding `path` (one journal commit instead of one per
+    file; it also writes other processes' data); False where syncfs(2) is missing."""
+    if _syncfs is None:
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _syncfs(fd) != 0:  # since Linux 5.8 it reports write-back errors
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), str(path))
+    finally:
+        os.close(fd)
+    return True
+
+
+def fsync_path(path: str | Path) -> None:
+    """Fsync a file or folder by name (a file already closed, a folder's entries)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Unsynced:
+    """Files and folders written since the last `sync()`: what a checkpoint must make durable."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, set[str]] = {}  # folder -> names written in it
+        self.folders: set[str] = set()  # folders whose entries changed (created, renamed)
+
+    def wrote(self, folder: str | Path, name: str) -> None:
+        """A file `name` in `folder` was created or written (its folder's entry too)."""
+        key = str(folder)
+        names = self.files.get(key)
+        if names is None:
+            names = self.files[key] = set()
+        names.add(name)
+        self.folders.add(key)
+
+    def changed(self, folder: str | Path) -> None:
+        """An entry of `folder` was created, renamed or removed."""
+        self.folders.add(str(folder))
+
+    def __bool__(self) -> bool:
+        return bool(self.files or self.folders)
+
+    def _syncfs_all(self) -> bool:
+        """syncfs() once per file system concerned; False where syncfs(2) is missing."""
+        devices: dict[int, str] = {}
+        for folder in [*self.files, *self.folders]:
+            with contextlib.suppress(FileNotFoundError):
+                devices.setdefault(os.stat(folder).st_dev, folder)
+        for folder in devices.values():
+            if not syncfs(folder):
+                return False
+        self.files, self.folders = {}, set()
+        return True
+
+    def take(self) -> Unsynced:
+        """Hand over everything recorded so far (to sync in a worker thread); start empty."""
+        taken = Unsynced()
+        taken.files, taken.folders = self.files, self.folders
+        self.files, self.folders = {}, set()
+        return taken
+
+    def copy(self) -> Unsynced:
+        """An independent copy."""
+        other = Unsynced()
+        other.files = {k: set(v) for k, v in self.files.items()}
+        other.folders = set(self.folders)
+        return other
+
+    def merge(self, other: Unsynced) -> None:
+        """Record again what `other` holds (a taken set whose sync did not complete)."""
+        for folder, names in other.files.items():
+            self.files.setdefault(folder, set()).update(names)
+        self.folders |= other.folders
+
+    def sync(self) -> None:
+        """Fsync every file, then every folder once; what succeeded is forgotten, so after an
+        OSError the next call does the rest. Many files: one syncfs() does it all."""
+        if sum(map(len, self.files.values())) >= SYNCFS_FILES and self._syncfs_all():
+            return
+        for folder in list(self.files):
+            names = self.files[folder]
+            dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                while names:
+                    name = next(iter(names))
+                    try:
+                        fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+                    except FileNotFoundError:  # renamed or removed since: nothing to keep
+                        names.discard(name)
+                        continue
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    names.discard(name)
+            finally:
+                os.close(dir_fd)
+            del self.files[folder]
+        while self.folders:
+            folder = next(iter(self.folders))
+            with contextlib.suppress(FileNotFoundError):
+                fsync_path(folder)
+            self.folders.discard(folder)
 
 
 class AppendFile:
@@ -65,6 +199,10 @@ class AppendFile:
                 self.damaged = True
             raise
         self.size += len(data)
+
+    def sync(self) -> None:
+        """Make the records written so far durable."""
+        os.fsync(self.file.fileno())
 
     def close(self) -> None:
         """Close the file (idempotent)."""

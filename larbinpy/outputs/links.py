@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from larbinpy.config import Config
-from larbinpy.outputs.files import AppendFile
+from larbinpy.outputs.files import AppendFile, fsync_path
 from larbinpy.records import Page
 
 
@@ -28,6 +28,7 @@ class LinksOutput:
     def __init__(self, save_dir: str) -> None:
         self.path = Path(save_dir) / "links.jsonl"
         self.file: AppendFile | None = None  # opened on the first page
+        self.created = False
 
     def write(self, page: Page) -> None:
         """One line for one page (2xx pages only, whatever other outputs keep)."""
@@ -46,11 +47,17 @@ class LinksOutput:
             "tag": page.job.tag,
         }
         if self.file is None:
+            self.created = not self.path.exists()  # its folder entry needs an fsync too
             self.file = AppendFile(self.path)
         self.file.append((json.dumps(record, separators=(",", ":")) + "\n").encode())
 
     def flush(self) -> None:
-        """Nothing buffered: each line is written whole when its page is."""
+        """Make the lines written so far durable (nothing is buffered)."""
+        if self.file is not None:
+            self.file.sync()
+        if self.created:
+            fsync_path(self.path.parent)
+            self.created = False
 
     def close(self) -> None:
         """Close the file."""

@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from larbinpy.config import Config
-from larbinpy.outputs.files import write_file
+from larbinpy.outputs.files import Unsynced, write_file
 from larbinpy.records import Page
 
 NAME_MAX = 240  # bytes per name: under the usual 255, with room for the temporary suffix
@@ -104,6 +104,7 @@ class MirrorOutput:
     def __init__(self, save_dir: str) -> None:
         self.root = Path(save_dir)
         self.files = 0
+        self.unsynced = Unsynced()  # made durable by flush(), at each checkpoint
 
     def write(self, page: Page) -> None:
         """Save the decoded body of a 2xx page at its place in the tree."""
@@ -119,11 +120,18 @@ class MirrorOutput:
         try:
             for depth, name in enumerate(names[:-1]):
                 fds.append(self._folder(fds[-1], name, movable=depth > 0))
-            self._file(fds[-1], names[-1], body)
+            written = self._file(fds[-1], names[-1], body)
         finally:
             for fd in fds:
                 os.close(fd)
         self.files += 1
+        where = self.root.joinpath(*names[:-1])
+        self.unsynced.wrote(where, written)
+        if written != names[-1]:  # it went into a folder of that name
+            self.unsynced.changed(where / names[-1])
+        for depth in range(len(names)):  # folders created or changed on the way
+            self.unsynced.changed(self.root.joinpath(*names[:depth]))
+        self.unsynced.changed(self.root.parent)
 
     def _folder(self, parent: int, name: str, movable: bool) -> int:
         """Open (creating it if needed) folder `name` in `parent`, never through a symlink."""
@@ -146,22 +154,23 @@ class MirrorOutput:
         os.rename(name + TMP_SUFFIX, INDEX, src_dir_fd=parent, dst_dir_fd=folder)
         return folder
 
-    def _file(self, folder: int, name: str, body: bytes) -> None:
-        """Write `body` to a temporary file, then rename it to `name` (or name/index.html)."""
+    def _file(self, folder: int, name: str, body: bytes) -> str:
+        """Write `body` to a temporary file, then rename it to `name` (or name/index.html);
+        the name it got, relative to `folder`."""
         tmp = name + TMP_SUFFIX
         try:
             write_file(folder, tmp, body, FILE_FLAGS)
-            self._rename(folder, tmp, name)
+            return self._rename(folder, tmp, name)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=folder)
             raise
 
-    def _rename(self, folder: int, tmp: str, name: str) -> None:
+    def _rename(self, folder: int, tmp: str, name: str) -> str:
         """Move the written file into place; a folder of that name gets it as index.html."""
         try:
             os.rename(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
-            return
+            return name
         except OSError as exc:
             if exc.errno not in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
                 raise
@@ -170,9 +179,11 @@ class MirrorOutput:
             os.rename(tmp, INDEX, src_dir_fd=folder, dst_dir_fd=sub)
         finally:
             os.close(sub)
+        return f"{name}/{INDEX}"
 
     def flush(self) -> None:
-        """Nothing buffered: each file is complete when its page is written."""
+        """Make the files written since the last call durable, then their folders."""
+        self.unsynced.sync()
 
     def close(self) -> None:
         """Nothing to release."""

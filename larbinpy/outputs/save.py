@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from larbinpy.config import Config
-from larbinpy.outputs.files import AppendFile, write_file
+from larbinpy.outputs.files import AppendFile, Unsynced, write_file
 from larbinpy.records import Page
 
 FILES_PER_DIR = 2000  # larbin's filesPerDir
@@ -35,6 +35,8 @@ class SaveOutput:
         self.file_no = 0
         self.index: AppendFile | None = None
         self.dir_fd = -1  # the current folder, open: files are created relative to it
+        self.folder = self.root
+        self.unsynced = Unsynced()  # made durable by flush(), at each checkpoint
 
     def _last_dir(self) -> int:
         """Number of the highest existing dNNNNN folder (-1 if none)."""
@@ -52,6 +54,8 @@ class SaveOutput:
                 self.dir_no = self._last_dir() + 1
             folder = self.root / f"d{self.dir_no:05d}"
             folder.mkdir(parents=True, exist_ok=True)
+            self.unsynced.changed(self.root)
+            self.unsynced.changed(self.root.parent)
             dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 self.index = AppendFile(folder / "index")
@@ -59,6 +63,7 @@ class SaveOutput:
                 os.close(dir_fd)  # the write is retried later: no descriptor left behind
                 raise
             self.dir_fd = dir_fd
+            self.folder = folder
         return self.index
 
     def write(self, page: Page) -> None:
@@ -72,6 +77,8 @@ class SaveOutput:
         line = f"{name} {page.url} {tag}\n" if tag else f"{name} {page.url}\n"
         index.append(line.encode())
         self.file_no += 1
+        self.unsynced.wrote(self.folder, name)
+        self.unsynced.wrote(self.folder, "index")
 
     def _close_folder(self) -> None:
         """Close the folder's index and descriptor."""
@@ -83,7 +90,8 @@ class SaveOutput:
             self.dir_fd = -1
 
     def flush(self) -> None:
-        """Nothing buffered: every index line is written when its page is."""
+        """Make the pages written since the last call durable: files, indexes, folders."""
+        self.unsynced.sync()
 
     def close(self) -> None:
         """Close the index."""

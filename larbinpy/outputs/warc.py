@@ -48,7 +48,7 @@ except ImportError:  # pragma: no cover - a dependency; the standard zlib writes
 from larbinpy import __version__
 from larbinpy.config import Config, describe
 from larbinpy.outputs import Archive
-from larbinpy.outputs.files import AppendFile
+from larbinpy.outputs.files import AppendFile, Unsynced
 from larbinpy.records import Page
 
 log = logging.getLogger("larbinpy.outputs")
@@ -187,6 +187,7 @@ class WarcOutput(Archive):
         self.records = 0
         # payload digest -> (uri, date, record id) of 2xx responses archived, for revisits
         self.archived: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
+        self.unsynced = Unsynced()  # finished files and folder entries, for flush()
 
     # --- the Archive interface ---
 
@@ -203,7 +204,10 @@ class WarcOutput(Archive):
         self._exchange(page, duplicate=True)
 
     def flush(self) -> None:
-        """Nothing buffered: each record pair is written whole when its page is."""
+        """Make the records written so far durable: the current file, finished ones, saveDir."""
+        if self.file is not None:
+            self.file.sync()
+        self.unsynced.sync()
 
     def close(self) -> None:
         """Finish the current file (rename it from `.open`)."""
@@ -294,6 +298,8 @@ class WarcOutput(Archive):
         self.final_name = f"{self.prefix}-{stamp}-{self.serial:05d}.warc.gz"
         path = self.root / (self.final_name + ".open")
         self.file = AppendFile(path, exclusive=True)
+        self.unsynced.changed(self.root)
+        self.unsynced.changed(self.root.parent)
         info = self.writer.create_warcinfo_record(self.final_name, self.info)
         try:
             self.file.append(self._member(info))
@@ -324,4 +330,5 @@ class WarcOutput(Archive):
         else:
             os.replace(self.file.path, final)
             self.files.append(final)
+            self.unsynced.wrote(self.root, final.name)
         self.file = None

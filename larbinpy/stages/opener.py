@@ -27,6 +27,7 @@ from larbinpy.stages.robots import Robots
 
 log = logging.getLogger("larbinpy.opener")
 REFUSALS_PER_TURN = 1000  # refused jobs counted in one turn, so one site cannot stall the loop
+SHORT_RETRY = 1.0  # seconds a site waits when its queued jobs could not be read (EMFILE...)
 
 
 class PageFetch(Protocol):
@@ -153,10 +154,22 @@ class Opener:
         for _ in range(REFUSALS_PER_TURN):
             if not self.sites.has_work(site):
                 return None
-            job = self.sites.take(site)
+            try:
+                job = self.sites.take(site)
+            except OSError as exc:  # its spill file cannot be opened or read now: not a bug
+                self._short_of(site, exc)
+                return None
             if not self.reader.refused(site, job):
                 return job
         return None
+
+    def _short_of(self, site: Site, exc: OSError) -> None:
+        """Reading a site's queue was refused (EMFILE, ENOMEM...): it waits SHORT_RETRY seconds;
+        its queue is untouched (SiteSpill's contract), so nothing is lost."""
+        self.reader.stats.resource_waits += 1
+        site.ready_at = max(site.ready_at, asyncio.get_running_loop().time() + SHORT_RETRY)
+        log.warning("cannot read the queue of %s (%s): retrying in %.0f s", site.key, exc,
+                    SHORT_RETRY)
 
     async def _run(self, site: Site, job: Job | None) -> None:
         """One fetch (robots.txt when job is None) between the politeness bookkeeping."""
