@@ -261,13 +261,15 @@ async def collect(stream: asyncio.StreamReader, into: list[str]) -> None:
         into.append(line.decode(errors="replace"))
 
 
-async def hold_connections(port: int, count: int) -> list[asyncio.StreamWriter]:
-    """Idle connections to the input port, each costing the crawler a descriptor."""
+async def hold_connections(ports: list[int], count: int) -> list[asyncio.StreamWriter]:
+    """Idle connections to the crawler's ports, each costing it a descriptor (each port keeps
+    at most Ports.MAX_CONNECTIONS open, so it takes both to run 128 descriptors out)."""
     held = []
     for _ in range(count):
-        with contextlib.suppress(OSError):
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-            held.append(writer)
+        for port in ports:
+            with contextlib.suppress(OSError):
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                held.append(writer)
         await asyncio.sleep(0)
     return held
 
@@ -283,16 +285,17 @@ async def release(held: list[asyncio.StreamWriter]) -> None:
 
 async def test_out_of_descriptors_the_crawl_waits_then_saves_every_page(make_web) -> None:
     tw = await make_web(wide_web())
-    port = free_port()
+    port, status_port = free_port(), free_port()
     seeds = "".join(f"startUrl {tw.url(h)}\n" for h in SITES)
     conf = tw.tmp / "larbin.conf"
     conf.write_text(tw.config_text(f"exitAtEnd\noutput save\ncheckpointInterval 0.2\n{seeds}")
-                    .replace("inputPort 0", f"inputPort {port}"))
+                    .replace("inputPort 0", f"inputPort {port}")
+                    .replace("httpPort 0", f"httpPort {status_port}"))
     proc = await start(tw, conf, fds=128)
     err: list[str] = []
     reader = asyncio.ensure_future(collect(proc.stderr, err))
     await until(lambda: len(tw.pages_fetched()) > 20, "the crawl under way")
-    held = await hold_connections(port, 200)
+    held = await hold_connections([port, status_port], 100)
     try:
         await until(lambda: "Too many open files" in "".join(err), "the descriptors run out")
         await until(lambda: any(s in "".join(err) for s in SHORT_SIGNS),
@@ -309,16 +312,17 @@ async def test_out_of_descriptors_the_crawl_waits_then_saves_every_page(make_web
 
 async def test_stopped_out_of_descriptors_a_restart_finishes_without_scratch(make_web) -> None:
     tw = await make_web(wide_web())
-    port = free_port()
+    port, status_port = free_port(), free_port()
     seeds = "".join(f"startUrl {tw.url(h)}\n" for h in SITES)
     conf = tw.tmp / "larbin.conf"
     conf.write_text(tw.config_text(f"exitAtEnd\noutput save\ncheckpointInterval 0.2\n{seeds}")
-                    .replace("inputPort 0", f"inputPort {port}"))
+                    .replace("inputPort 0", f"inputPort {port}")
+                    .replace("httpPort 0", f"httpPort {status_port}"))
     proc = await start(tw, conf, fds=128)
     err: list[str] = []
     reader = asyncio.ensure_future(collect(proc.stderr, err))
     await until(lambda: len(tw.pages_fetched()) > 20, "the crawl under way")
-    held = await hold_connections(port, 200)
+    held = await hold_connections([port, status_port], 100)
     try:
         await until(lambda: "Too many open files" in "".join(err), "the descriptors run out")
         proc.send_signal(signal.SIGTERM)
