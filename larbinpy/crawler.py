@@ -29,7 +29,7 @@ from larbinpy.daemon.ports import Ports
 from larbinpy.daemon.progress import Progress
 from larbinpy.daemon.status import Figures, Gauges
 from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
-from larbinpy.frontier.seen import BitmapSeenSet
+from larbinpy.frontier.seen import BitmapSeenSet, open_seen_set
 from larbinpy.frontier.sites import Sites, never_forward
 from larbinpy.frontier.state import StateDir
 from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
@@ -75,7 +75,9 @@ class Crawler:
             {"hashSize": cfg.hash_size, "hashFunctions": cfg.hash_functions},
             scratch or cfg.cluster is not None,  # cluster: the queues live in Redis
         )
-        self.seen = BitmapSeenSet(self.state.bitmap_path("seen"), cfg.hash_size, cfg.hash_functions)
+        # a cluster's seen-set is in Redis; the local bitmap is only its cache (cluster/)
+        self.seen = open_seen_set(self.state.bitmap_path("seen"), cfg.hash_size,
+                                  cfg.hash_functions, "bitmap" if cluster_type else cfg.seen_set)
         self.contents = (
             BitmapSeenSet(self.state.bitmap_path("contents"), CONTENT_BITS) if cfg.no_dup else None
         )
@@ -289,12 +291,13 @@ class Crawler:
         # files before the cursors are released only once the checkpoint naming them is on disk.
         self.parser.flush()
         self.outputs.flush()
-        self.seen.flush()
-        if self.contents is not None:
-            self.contents.flush()
         for queue in (self.frontier, self.spill):
             queue.flush()
             queue.sync()
+        # after the queues: a URL is never durably seen before it is durably queued
+        self.seen.flush()
+        if self.contents is not None:
+            self.contents.flush()
         frontier, spill = self.frontier.positions(), self.spill.positions()
         self.state.write_checkpoint(frontier, spill, self.in_memory())
         self.frontier.release(frontier)
