@@ -178,6 +178,9 @@ class Crawler:
             outputs=self.outputs.status(),
             cluster=self.cluster.status() if self.cluster is not None else None,
             version=self.version, tls_verify=self.cfg.tls_verify, proxy=self.cfg.proxy,
+            seen_set=None if self.cluster is not None else {
+                "kind": self.cfg.seen_set, "bitmap_fill": round(self.seen.fill(), 6),
+                "expected_loss": self.seen.expected_loss()},
         )
 
     # --- run ---

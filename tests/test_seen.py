@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import html, until
 
+from larbinpy.daemon.status import snapshot
+from larbinpy.daemon.statuspage import metrics_text
 from larbinpy.demo import Page, Site
 from larbinpy.frontier.seen import BitmapSeenSet, ExactSeenSet, open_seen_set
 
@@ -99,15 +101,21 @@ def big_site(host: str, ip: str, pages: int, delay: float = 0.0) -> Site:
 async def test_a_crawl_with_a_tiny_hash_set(make_web, mode: str):
     site = big_site("many.test", "127.0.0.2", 3000)
     tw = await make_web([site])
-    await tw.crawl(f"startUrl {tw.url('many.test')}\ndepthInSite 100\nhashSize 2^10\n"
-                   f"seenSet {mode}\n", timeout=240)
+    crawler = await tw.crawl(f"startUrl {tw.url('many.test')}\ndepthInSite 100\n"
+                             f"hashSize 2^10\nseenSet {mode}\n", timeout=240)
     fetched = Counter(tw.pages_fetched())
     expected = {tw.url(site.host, p) for p in site.pages}
+    status = snapshot(crawler)["seen_set"]
+    metrics = metrics_text(snapshot(crawler))[0].decode()
+    assert status["kind"] == mode and status["bitmap_fill"] > 0.5
+    assert "larbinpy_seen_expected_loss" in metrics
     if mode == "exact":
         assert set(fetched) == expected  # every one of the 3000 distinct pages
         assert max(fetched.values()) == 1
+        assert status["expected_loss"] < 1e-9
     else:
         assert len(fetched) < len(expected) // 2  # larbin: 1024 bits cannot tell 3000 apart
+        assert status["expected_loss"] > 100  # and the status page says so
 
 
 def slow_web() -> list[Site]:

@@ -39,6 +39,9 @@ class Figures:
     version: str
     tls_verify: bool
     proxy: tuple[str, int] | None
+    # the local seen-set: {"kind": "exact"|"bitmap", "bitmap_fill": fraction of the bits set,
+    # "expected_loss": new URLs expected dropped so far by collisions}; None in a cluster
+    seen_set: dict[str, Any] | None = None
 
 
 class StatusSource(Protocol):
@@ -97,4 +100,5 @@ def snapshot(source: StatusSource) -> dict[str, Any]:
         # scale-out: this node's id, every node's figures and the totals (cluster/__init__.py)
         "cluster": f.cluster,
         "stopping": g.stopping,
+        "seen_set": f.seen_set,
     }

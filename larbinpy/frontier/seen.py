@@ -224,6 +224,11 @@ class ExactSeenSet:
         """Fraction of the bitmap's bits set."""
         return self.bitmap.fill()
 
+    def expected_loss(self) -> float:
+        """Expected new URLs dropped so far: fingerprint collisions, n(n-1)/2 / 2^64."""
+        n = self.table.count
+        return n * (n - 1) / 2 / 2.0**64
+
     def flush(self) -> None:
         """Make the fingerprints and bits survive a power loss."""
         self.table.sync()
