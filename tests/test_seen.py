@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -160,3 +161,20 @@ async def test_kill_9_loses_and_repeats_no_seen_decision(make_web):
     # re-fetches after a kill come from replaying the queues since the last checkpoint (see
     # test_resume), not from the seen-set; what the seen-set decides shows as every page fetched
     assert set(tw.pages_fetched()) == set(every)
+
+
+def test_check_config_warns_when_the_bitmap_alone_is_small(tmp_path: Path):
+    conf = tmp_path / "c.conf"
+    reports = {}
+    for line in ("seenSet bitmap\nhashSize 2^24", "seenSet bitmap\nhashSize 2^34",
+                 "seenSet exact\nhashSize 2^24"):
+        conf.write_text(line + "\n")
+        result = subprocess.run([sys.executable, "-m", "larbinpy", "check-config", "-c",
+                                 str(conf)], capture_output=True, text=True, check=True)
+        reports[line] = result.stdout
+    # 10^7 URLs in 2^24 bits: 1 - e^(-10^7 / 2^24) = 44.9% of new URLs dropped
+    assert "WARNING: hashSize 16777216 is small" in reports["seenSet bitmap\nhashSize 2^24"]
+    assert "drops 44.9% of new URLs" in reports["seenSet bitmap\nhashSize 2^24"]
+    assert "WARNING" not in reports["seenSet bitmap\nhashSize 2^34"]
+    assert "WARNING" not in reports["seenSet exact\nhashSize 2^24"]
+    assert "no new URL is lost" in reports["seenSet exact\nhashSize 2^24"]
