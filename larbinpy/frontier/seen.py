@@ -47,6 +47,9 @@ _hash64 = xxhash.xxh3_64_intdigest
 _hash128 = xxhash.xxh3_128_intdigest
 _MASK64 = (1 << 64) - 1
 _FP_SEED = 0x9E3779B97F4A7C15  # fingerprints independent of the bitmap's positions
+# The exact store's in-memory cache of buckets is the bitmap's size over this: memory is set by
+# hashSize, not by the crawl (at the default 2^30 bits: 128 MiB of bitmap, 64 MiB of cache).
+CACHE_PER_BITMAP = 2
 # Keys known to be seen, kept as strings in front of the bitmap: most links of a page were
 # seen on the site's previous pages, and a set lookup is far cheaper than hashing the key
 # and touching a random cache line of the bitmap. Bounded: emptied when full.
@@ -191,7 +194,7 @@ class ExactSeenSet:
             table.unlink(missing_ok=True)
             legacy.unlink(missing_ok=True)
         self.legacy = BitmapSeenSet(legacy, bits, functions) if legacy.exists() else None
-        self.table = FingerprintTable(table)
+        self.table = FingerprintTable(table, cache_bytes=bits // 8 // CACHE_PER_BITMAP)
 
     def missing(self, keys: list[str]) -> list[str]:
         """The keys never added: a clear bit, or a set bit and no such fingerprint."""
