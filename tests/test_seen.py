@@ -178,3 +178,16 @@ def test_check_config_warns_when_the_bitmap_alone_is_small(tmp_path: Path):
     assert "WARNING" not in reports["seenSet bitmap\nhashSize 2^34"]
     assert "WARNING" not in reports["seenSet exact\nhashSize 2^24"]
     assert "no new URL is lost" in reports["seenSet exact\nhashSize 2^24"]
+
+
+def test_bench_seen_counts_what_each_seen_set_loses(tmp_path: Path):
+    from larbinpy.bench.measure import seen_bench
+
+    (tmp_path / "e").mkdir()
+    (tmp_path / "b").mkdir()
+    exact = seen_bench(20_000, tmp_path / "e", "exact", bits=1 << 14)
+    bitmap = seen_bench(20_000, tmp_path / "b", "bitmap", bits=1 << 14)
+    assert exact["lost"] == 0 and exact["admitted"] == 20_000
+    assert bitmap["lost"] > 1000  # 20,000 URLs in 16,384 bits
+    assert exact["links_tested"] == bitmap["links_tested"] > 3 * 20_000
+    assert exact["us_per_link"] > 0 and exact["peak_rss_mb"] > 0
