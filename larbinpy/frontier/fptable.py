@@ -59,20 +59,29 @@ class FingerprintTable:
         self._cache: dict[int, array[int]] = {}
         self._cache_max = max(MIN_BUCKETS, cache_bytes // (BUCKET_BYTES + 100))
         Path(f"{self.path}.new").unlink(missing_ok=True)  # a doubling cut short by a crash
+        if not self.path.exists():
+            Path(f"{self.path}.count").unlink(missing_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         size = os.fstat(self._fd).st_size
         if size == 0:
             os.ftruncate(self._fd, MIN_BUCKETS * BUCKET_BYTES)  # sparse
             size = MIN_BUCKETS * BUCKET_BYTES
         self.buckets = size // BUCKET_BYTES
-        self.count = self._count()
+        self._count_path = Path(f"{self.path}.count")
+        self.count = self._saved_count()
 
-    def _count(self) -> int:
-        """Fingerprints stored (one sequential pass; done at open only)."""
+    def _saved_count(self) -> int:
+        """Fingerprints stored, as the last sync() wrote it (so opening a large table reads
+        nothing); after a kill it is low by what came since, which only delays a doubling
+        until a bucket fills. Without the file: counted, one sequential pass."""
+        try:
+            return int(self._count_path.read_text())
+        except (OSError, ValueError):
+            pass
         n = 0
         for start in range(0, self.buckets, RESIZE_CHUNK):
             data = os.pread(self._fd, RESIZE_CHUNK * BUCKET_BYTES, start * BUCKET_BYTES)
-            n += len(data) // 8 - memoryview(data).cast("Q").tolist().count(0)
+            n += len(data) // 8 - array("Q", data).count(0)
         return n
 
     def _bucket(self, b: int) -> array[int]:
@@ -145,13 +154,14 @@ class FingerprintTable:
         _sync_dir(self.path.parent)
 
     def sync(self) -> None:
-        """Make every stored fingerprint survive a power loss."""
+        """Make every stored fingerprint survive a power loss; note the count."""
         os.fsync(self._fd)
+        self._count_path.write_text(str(self.count))
 
     def close(self) -> None:
         """Sync and close the file."""
         if self._fd >= 0:
-            os.fsync(self._fd)
+            self.sync()
             os.close(self._fd)
             self._fd = -1
 

@@ -8,12 +8,15 @@ certain; a set bit may be another URL's (`seenSet bitmap`, larbin's behaviour, d
 
 `ExactSeenSet` confirms each set bit against a 64-bit fingerprint (xxh3, seeded independently
 of the bitmap's hash) in `fptable.FingerprintTable`, an on-disk hash table read with pread, so
-memory stays bounded by `hashSize` and a fixed cache whatever the crawl size. A new URL is
-then dropped only when its fingerprint equals a seen URL's. Birthday bound: among n URLs the
-expected number of colliding pairs is n(n-1)/2 / 2^64; at n = 10^8 that is
-10^16 / 2 / 1.8e19 = 2.7e-4 URLs lost over the whole crawl (a rate of 2.7e-12 per URL, and
-the chance that any URL at all is lost is below 1 in 3,600). The bitmap test in front only
-lowers it (a lost URL must also find its bits set).
+memory is set by `hashSize` (the bitmap, plus a cache of table buckets half its size), not by
+the crawl. A new URL is then dropped only when its fingerprint equals a seen URL's. Birthday
+bound: among n URLs the expected number of colliding pairs is n(n-1)/2 / 2^64; at n = 10^8
+that is 10^16 / 2 / 1.8e19 = 2.7e-4 URLs lost over the whole crawl, a loss rate of 2.7e-12
+per URL (far below 1 in 10^6), and the chance that any URL at all is lost is below 1 in 3,600.
+The bitmap test in front only lowers it (a lost URL must also find its bits set).
+
+A cluster (larbinpy/cluster) keeps its seen-set in Redis bitmaps and uses a `BitmapSeenSet`
+only as a local cache of them: it is not exact, and making it so is out of this module's scope.
 
 Durability: the bitmap's bits and the table's slots are written into the kernel's page cache
 as they are set (mmap, pwrite), so a `kill -9` keeps every decision; `flush()` (the checkpoint)
