@@ -95,8 +95,12 @@ class FingerprintTable:
 
     def contains(self, fps: list[int]) -> list[bool]:
         """Whether each fingerprint is stored (one read per bucket not cached)."""
-        nb, bucket = self.buckets, self._bucket
-        return [_probe(bucket(fp % nb), fp)[0] for fp in fps]
+        nb, bucket, out = self.buckets, self._bucket, []
+        for fp in fps:
+            slots = bucket(fp % nb)
+            v = slots[(fp >> 40) % SLOTS]  # the home slot settles most lookups
+            out.append(v == fp or (v != 0 and _probe(slots, fp)[0]))
+        return out
 
     def add(self, fps: Iterable[int]) -> None:
         """Store fingerprints (already stored ones are skipped); written before returning."""
