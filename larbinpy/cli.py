@@ -66,7 +66,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     built_in = " ".join(sorted(DEFAULT_STRIP_PARAMS)) + " (built-in)"
     try:
         print(describe(cfg, {"stripParams": built_in}))
-        print(hash_set_report(cfg.hash_size, cfg.hash_functions))
+        print(hash_set_report(cfg.hash_size, cfg.hash_functions, cfg.seen_set))
         sys.stdout.flush()
     except BrokenPipeError:  # `| head`: the reader has all it wanted
         # Python flushes stdout again at exit: point it at /dev/null so that says nothing
@@ -74,16 +74,29 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def hash_set_report(bits: int, functions: int) -> str:
-    """Expected false-positive rate of the URL hash set at a few crawl sizes."""
+WARN_URLS = 10**7  # the crawl size check-config judges hashSize for
+WARN_RATE = 0.01  # share of new URLs a pure bitmap may drop at WARN_URLS before a warning
+
+
+def hash_set_report(bits: int, functions: int, seen_set: str = "bitmap") -> str:
+    """Expected false-positive rate of the URL hash set at a few crawl sizes, and a warning
+    when `seenSet bitmap` would drop more than 1% of new URLs in a 10M-URL crawl."""
     from larbinpy.frontier.seen import false_positive_rate
 
     kind = "larbin's bitmap" if functions == 1 else f"a Bloom filter, K={functions}"
     lines = [f"# hash set: {bits} bits ({bits / 8 / 2**20:g} MiB), {kind}"]
+    if seen_set == "exact":
+        lines.append("# seenSet exact: a set bit is confirmed against URL fingerprints on disk, "
+                     "so no new URL is lost; p below is the share that costs a disk lookup")
     for n in (10**6, 10**7, 10**8, 10**9):
         rate = false_positive_rate(bits, functions, n)
         shown = f"{rate:.3%}" if rate >= 1e-4 else f"{rate:.1e}"
         lines.append(f"#   after {n:>13,} URLs: a new URL is taken for seen with p = {shown}")
+    rate = false_positive_rate(bits, functions, WARN_URLS)
+    if seen_set == "bitmap" and rate > WARN_RATE:
+        lines.append(f"# WARNING: hashSize {bits} is small for a crawl of {WARN_URLS:,} URLs: "
+                     f"seenSet bitmap then drops {rate:.1%} of new URLs as already seen; "
+                     "raise hashSize or use seenSet exact")
     return "\n".join(lines)
 
 

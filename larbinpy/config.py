@@ -414,6 +414,11 @@ class Config:
         1, "hashFunctions", "hashes per URL: 1 is larbin's bitmap, K > 1 makes a Bloom filter",
         parse=parse_int, bounds=(1, 32),
     )
+    seen_set: str = key(
+        "exact", "seenSet", "`exact` confirms each set bit of the hash set against 64-bit URL "
+        "fingerprints on disk, so no new URL is dropped by a collision; `bitmap` is larbin's "
+        "hash set alone (collisions drop new URLs)", parse=choice("exact", "bitmap"),
+    )
     outputs: list[str] = key(
         [], "output", "where fetched pages go: `save` (larbin SIMPLE_SAVE), `mirror` "
         "(MIRROR_SAVE), `warc`, `links` (JSON lines), or `none`",

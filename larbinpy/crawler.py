@@ -30,7 +30,7 @@ from larbinpy.daemon.progress import Progress
 from larbinpy.daemon.status import Figures, Gauges
 from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
 from larbinpy.frontier.robotsdb import FileVerdicts, VerdictStore
-from larbinpy.frontier.seen import BitmapSeenSet
+from larbinpy.frontier.seen import BitmapSeenSet, open_seen_set
 from larbinpy.frontier.sites import Sites, never_forward
 from larbinpy.frontier.state import Position, StateDir
 from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
@@ -77,7 +77,9 @@ class Crawler:
             {"hashSize": cfg.hash_size, "hashFunctions": cfg.hash_functions},
             scratch or cfg.cluster is not None,  # cluster: the queues live in Redis
         )
-        self.seen = BitmapSeenSet(self.state.bitmap_path("seen"), cfg.hash_size, cfg.hash_functions)
+        # a cluster's seen-set is in Redis; the local bitmap is only its cache (cluster/)
+        self.seen = open_seen_set(self.state.bitmap_path("seen"), cfg.hash_size,
+                                  cfg.hash_functions, "bitmap" if cluster_type else cfg.seen_set)
         self.contents = (
             BitmapSeenSet(self.state.bitmap_path("contents"), CONTENT_BITS) if cfg.no_dup else None
         )
@@ -189,6 +191,9 @@ class Crawler:
             cluster=self.cluster.status() if self.cluster is not None else None,
             version=self.version, tls_verify=self.cfg.tls_verify, proxy=self.cfg.proxy,
             waiting_for=self._waiting_for(sites, now),
+            seen_set=None if self.cluster is not None else {
+                "kind": self.cfg.seen_set, "bitmap_fill": round(self.seen.fill(), 6),
+                "expected_loss": self.seen.expected_loss()},
         )
 
     def _waiting_for(self, sites: Iterable[Site], now: float) -> tuple[str, ...]:
@@ -369,13 +374,14 @@ class Crawler:
         # files before the cursors are released only once the checkpoint naming them is on disk.
         self.parser.flush()
         self.outputs.flush()
+        for queue in (self.frontier, self.spill):
+            queue.flush()
+            queue.sync()
+        # after the queues: a URL is never durably seen before it is durably queued
         self.seen.flush()
         self.verdicts.compact()
         if self.contents is not None:
             self.contents.flush()
-        for queue in (self.frontier, self.spill):
-            queue.flush()
-            queue.sync()
         return self.frontier.positions(), self.spill.positions(), list(self.in_memory())
 
     def _commit(self, frontier: dict[int, Position], spill: dict[str, Position],

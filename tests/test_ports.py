@@ -120,13 +120,14 @@ STATUS_FIELDS = [
     "queued_per_priority", "queued_in_sites", "sites", "connections_open", "dns_queries",
     "robots_fetches", "robots_refusals", "links_dropped", "output_errors", "resource_waits",
     "outputs", "outcomes", "errors", "history", "tls_verify", "proxy", "idle", "cluster",
-    "stopping", "waiting_for",
+    "stopping", "waiting_for", "seen_set",
 ]
 METRIC_FAMILIES = [
     "larbinpy_pages", "larbinpy_body_bytes", "larbinpy_urls_seen", "larbinpy_dns_queries",
     "larbinpy_robots_fetches", "larbinpy_fetch_outcomes", "larbinpy_queued_urls",
     "larbinpy_sites", "larbinpy_connections_open", "larbinpy_uptime_seconds",
-    "larbinpy_tls_verify", "larbinpy_idle",
+    "larbinpy_tls_verify", "larbinpy_seen_bitmap_fill", "larbinpy_seen_expected_loss",
+    "larbinpy_idle",
 ]
 
 

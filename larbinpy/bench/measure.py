@@ -16,7 +16,7 @@ the crawler itself adds on top of fetching. The crawl runs first because peak RS
 (ru_maxrss) is a process-lifetime figure; measured first, it is the crawl's peak.
 
 Other modes: `--nodes` (clusters of processes, `cluster.py`) and `--micro`, `--frontier`,
-`--hashset` (one structure alone, `micro.py`).
+`--hashset` (one structure alone, `micro.py`), `--seen` (the seen-set alone, `seen_bench`).
 """
 
 from __future__ import annotations
@@ -364,6 +364,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hashset", type=int, metavar="N", default=0,
                    help="instead: N distinct URLs into a 2^28-bit hash set with K=1 and K=7; "
                         "false-positive rate on 1,000,000 other URLs against the formula")
+    p.add_argument("--seen", type=int, metavar="N", default=0,
+                   help="instead: N distinct URLs plus 4 duplicates each, a page of 50 links "
+                        "at a time, through the seen-set (--seen-set, hashSize 2^30): "
+                        "URLs lost, cost per link tested, peak RSS")
+    p.add_argument("--seen-set", choices=("exact", "bitmap"), default="exact",
+                   help="the seenSet of --seen [exact]")
     p.add_argument("--nodes", metavar="N[,N...]", default="",
                    help="instead: one larbinpy process (embedded), then clusters of N processes "
                         "sharing a local redis-server (larbinpy/bench/cluster.py)")
@@ -456,8 +462,61 @@ def state_bench(args: argparse.Namespace) -> int:
         result["frontier"] = micro.bench_frontier(args.frontier, 100_000)
     if args.hashset:
         result["hashset"] = micro.bench_hashset(args.hashset)
+    if args.seen:
+        where = args.dir if args.dir is not None else None  # a disk: the store's real medium
+        with tempfile.TemporaryDirectory(prefix="larbinpy-seen-", dir=where) as tmp:
+            result["seen"] = seen_bench(args.seen, Path(tmp), args.seen_set)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
+
+
+SEEN_BATCH, SEEN_NEW = 50, 10  # links per page; of them new, the rest seen before
+SEEN_WINDOW = 2000  # half the duplicates are among the last URLs (a site's navigation)
+
+
+def seen_bench(n: int, directory: Path, kind: str = "exact", bits: int = 1 << 30,
+               checkpoint_every: int = 1_000_000) -> dict[str, Any]:
+    """Feed n distinct URLs, each page of 50 links holding 10 new ones, 20 among the last 2000
+    and 20 drawn from every URL before, through a seen-set; only its calls are timed."""
+    import random
+
+    from larbinpy.frontier.seen import open_seen_set
+
+    rng = random.Random(1976)
+    seen = open_seen_set(directory / "seen.bitmap", bits, 1, kind)
+    admitted = tested = made = 0
+    spent = 0.0
+    since_flush = 0
+
+    def url(i: int) -> str:
+        return f"http://h{i % 100_003}.example/dir/page-{i}.html"
+
+    while made < n:
+        new = [url(i) for i in range(made, min(made + SEEN_NEW, n))]
+        made += len(new)
+        old = [url(made - 1 - rng.randrange(min(made, SEEN_WINDOW)))
+               for _ in range((SEEN_BATCH - SEEN_NEW) // 2)]
+        old += [url(rng.randrange(made)) for _ in range((SEEN_BATCH - SEEN_NEW) // 2)]
+        links = list(dict.fromkeys(new + old))  # a page's links come de-duplicated
+        rng.shuffle(links)
+        t0 = time.perf_counter()
+        fresh = seen.missing(links)
+        seen.add(fresh)
+        since_flush += len(links)
+        if since_flush >= checkpoint_every:
+            seen.flush()
+            since_flush = 0
+        spent += time.perf_counter() - t0
+        admitted += len(fresh)
+        tested += len(links)
+    t0 = time.perf_counter()
+    seen.close()
+    spent += time.perf_counter() - t0
+    on_disk = sum(p.stat().st_blocks * 512 for p in directory.iterdir())
+    return {"seen_set": kind, "hash_bits": bits, "distinct_urls": n, "links_tested": tested,
+            "admitted": admitted, "lost": n - admitted,
+            "us_per_link": round(spent / max(tested, 1) * 1e6, 3),
+            "peak_rss_mb": round(peak_rss_mb(), 1), "disk_mb": round(on_disk / 2**20, 1)}
 
 
 def nodes_bench(args: argparse.Namespace) -> int:
@@ -508,7 +567,7 @@ def run_and_report(
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `larbinpy bench`; 0 on success, 1 if the server or the crawl fails."""
     args = parser().parse_args(argv)
-    if args.micro or args.frontier or args.hashset:
+    if args.micro or args.frontier or args.hashset or args.seen:
         return state_bench(args)
     setup_logging(-1)  # warnings only: logging must not cost the crawl CPU
     if args.nodes:

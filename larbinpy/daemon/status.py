@@ -42,6 +42,9 @@ class Figures:
     # when not idle, what the crawl waits for: robots.txt retries (site and time), sites
     # parked on politeness timers
     waiting_for: tuple[str, ...] = ()
+    # the local seen-set: {"kind": "exact"|"bitmap", "bitmap_fill": fraction of the bits set,
+    # "expected_loss": new URLs expected dropped so far by collisions}; None in a cluster
+    seen_set: dict[str, Any] | None = None
 
 
 class StatusSource(Protocol):
@@ -103,4 +106,5 @@ def snapshot(source: StatusSource) -> dict[str, Any]:
         "stopping": g.stopping,
         # when not idle: robots.txt retries (site, time) and timers the crawl waits for
         "waiting_for": [] if g.idle else list(f.waiting_for),
+        "seen_set": f.seen_set,
     }

@@ -66,6 +66,7 @@ def render_html(s: dict[str, Any]) -> str:
          f'{human_bytes(s["bytes_per_s"]["since_start"])}'),
         ("bytes read", human_bytes(s["bytes"])),
         ("URLs seen", s["urls_seen"]),
+        *_seen_rows(s.get("seen_set")),
         ("URLs queued in sites", s["queued_in_sites"]),
         ("sites known / waiting DNS / waiting robots / ready / parked / dead",
          f'{sites["known"]} / {sites["waiting_dns"]} / {sites["waiting_robots"]} / '
@@ -98,6 +99,14 @@ font-weight:normal;color:#555}}td{{font-family:monospace}}table{{margin-bottom:1
 <p>Also: <a href="/status.json">status.json</a>, <a href="/metrics">metrics</a>.</p>
 </body></html>
 """
+
+
+def _seen_rows(seen: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """The seen-set's rows: its kind, the bitmap's fill and the expected loss so far."""
+    if seen is None:
+        return []
+    return [("seen-set / hash set fill / expected URLs lost",
+             f'{seen["kind"]} / {seen["bitmap_fill"]:.2%} / {seen["expected_loss"]:.3g}')]
 
 
 class _Snapshot:
@@ -134,6 +143,13 @@ class _Snapshot:
                                 value=s["uptime_s"])
         yield GaugeMetricFamily("larbinpy_tls_verify", "1 when HTTPS certificates are checked",
                                 value=1 if s.get("tls_verify", True) else 0)
+        if (seen := s.get("seen_set")) is not None:
+            yield GaugeMetricFamily("larbinpy_seen_bitmap_fill", "Fraction of hash set bits set",
+                                    value=seen["bitmap_fill"])
+            yield GaugeMetricFamily(
+                "larbinpy_seen_expected_loss",
+                "New URLs expected dropped so far as already seen by hash collisions",
+                value=seen["expected_loss"])
         yield GaugeMetricFamily("larbinpy_idle", "1 when nothing is queued or in flight",
                                 value=1 if s["idle"] else 0)
 

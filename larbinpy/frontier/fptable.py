@@ -1,0 +1,187 @@
+"""The exact store behind the seen-set: 64-bit URL fingerprints in an on-disk hash table.
+
+`ExactSeenSet` (seen.py) asks it only about URLs whose bitmap bits are set. The table is a file
+of 2 KiB buckets of 256 uint64 slots in native byte order (0 = empty; a fingerprint is never 0).
+A fingerprint lives in bucket `fp % buckets`, at slot `(fp >> 40) % 256` or the next free one
+after it (linear probing inside the bucket, wrapping), so a lookup is one pread of a bucket and
+a probe of about two slots. The file is read and written with pread/pwrite, never mapped: the
+kernel's page cache keeps the hot buckets, and none of the file counts in the process's RSS, so
+memory does not grow with the crawl. Every insert reaches the kernel before `add` returns, so
+a `kill -9` loses nothing; `sync()` makes it survive a power loss too. When the table is 70%
+full (or a bucket is), it doubles: a new file is written bucket by bucket beside the old one,
+synced, then renamed over it (a crash during the rewrite leaves the old table whole). Doubling
+stops the caller for a pass over the table, once per doubling of the crawl: amortised, each
+fingerprint is moved about once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from array import array
+from collections.abc import Iterable
+from pathlib import Path
+
+BUCKET_BYTES = 2048
+SLOTS = BUCKET_BYTES // 8
+MIN_BUCKETS = 64
+# Of all slots. A bucket holds 179 on average at this load (sd 13): filling its 256 slots is
+# 5.9 sd away, which would only double the table early.
+MAX_LOAD = 0.7
+RESIZE_CHUNK = 512  # buckets read at once while doubling and counting
+_ORDER = sys.byteorder  # the file is in native byte order, as memoryview.cast reads it
+
+
+def _home(fp: int) -> int:
+    """The first slot a fingerprint probes in its bucket (bits unused by the bucket number)."""
+    return (fp >> 40) % SLOTS
+
+
+def _probe(slots: array[int] | list[int], fp: int) -> tuple[bool, int]:
+    """(found, slot): the fingerprint's slot, or the free slot it would take (-1: full)."""
+    i = _home(fp)
+    for _ in range(SLOTS):
+        v = slots[i]
+        if v == fp:
+            return True, i
+        if v == 0:
+            return False, i
+        i = (i + 1) % SLOTS
+    return False, -1
+
+
+class FingerprintTable:
+    """A set of non-zero uint64 fingerprints in a file of hash buckets."""
+
+    def __init__(self, path: str | Path, cache_bytes: int = 0) -> None:
+        """`cache_bytes`: buckets kept in memory (as read and written), emptied when full."""
+        self.path = Path(path)
+        self._cache: dict[int, array[int]] = {}
+        self._cache_max = max(MIN_BUCKETS, cache_bytes // (BUCKET_BYTES + 100))
+        Path(f"{self.path}.new").unlink(missing_ok=True)  # a doubling cut short by a crash
+        if not self.path.exists():
+            Path(f"{self.path}.count").unlink(missing_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        size = os.fstat(self._fd).st_size
+        if size == 0:
+            os.ftruncate(self._fd, MIN_BUCKETS * BUCKET_BYTES)  # sparse
+            size = MIN_BUCKETS * BUCKET_BYTES
+        self.buckets = size // BUCKET_BYTES
+        self._count_path = Path(f"{self.path}.count")
+        self.count = self._saved_count()
+
+    def _saved_count(self) -> int:
+        """Fingerprints stored, as the last sync() wrote it (so opening a large table reads
+        nothing); after a kill it is low by what came since, which only delays a doubling
+        until a bucket fills. Without the file: counted, one sequential pass."""
+        try:
+            return int(self._count_path.read_text())
+        except (OSError, ValueError):
+            pass
+        n = 0
+        for start in range(0, self.buckets, RESIZE_CHUNK):
+            data = os.pread(self._fd, RESIZE_CHUNK * BUCKET_BYTES, start * BUCKET_BYTES)
+            n += len(data) // 8 - array("Q", data).count(0)
+        return n
+
+    def _bucket(self, b: int) -> array[int]:
+        """One bucket's slots: from the cache, else read (and cached)."""
+        slots = self._cache.get(b)
+        if slots is None:
+            if len(self._cache) >= self._cache_max:
+                self._cache.clear()  # bounded; the page cache still has the hot buckets
+            slots = self._cache[b] = array("Q", os.pread(self._fd, BUCKET_BYTES, b * BUCKET_BYTES))
+        return slots
+
+    def contains(self, fps: list[int]) -> list[bool]:
+        """Whether each fingerprint is stored (one read per bucket not cached)."""
+        nb, bucket, out = self.buckets, self._bucket, []
+        for fp in fps:
+            slots = bucket(fp % nb)
+            v = slots[(fp >> 40) % SLOTS]  # the home slot settles most lookups
+            out.append(v == fp or (v != 0 and _probe(slots, fp)[0]))
+        return out
+
+    def add(self, fps: Iterable[int]) -> None:
+        """Store fingerprints (already stored ones are skipped); written before returning."""
+        groups: dict[int, list[int]] = {}
+        nb = self.buckets
+        for fp in fps:
+            groups.setdefault(fp % nb, []).append(fp)
+        for b, group in groups.items():
+            if not self._add_bucket(b, group):
+                self._double()
+                self.add(fp for g in groups.values() for fp in g)  # rehashed: start again
+                return
+        if self.count > MAX_LOAD * SLOTS * self.buckets:
+            self._double()
+
+    def _add_bucket(self, b: int, group: list[int]) -> bool:
+        """Write a bucket's new fingerprints slot by slot; False if the bucket is full."""
+        slots = self._bucket(b)  # the cached copy is updated with the file
+        base = b * BUCKET_BYTES
+        for fp in group:
+            found, i = _probe(slots, fp)
+            if found:
+                continue
+            if i < 0:
+                return False  # what was written is stored: adding again skips it
+            os.pwrite(self._fd, fp.to_bytes(8, _ORDER), base + 8 * i)
+            slots[i] = fp  # after the write: the cache never claims what the file lacks
+            self.count += 1
+        return True
+
+    def _double(self) -> None:
+        """Rehash into twice the buckets: bucket b splits into b and b + old count."""
+        nb, tmp = self.buckets, Path(f"{self.path}.new")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, 2 * nb * BUCKET_BYTES)
+            for start in range(0, nb, RESIZE_CHUNK):
+                data = os.pread(self._fd, RESIZE_CHUNK * BUCKET_BYTES, start * BUCKET_BYTES)
+                every = memoryview(data).cast("Q").tolist()
+                lo, hi = array("Q"), array("Q")
+                for i in range(0, len(every), SLOTS):
+                    lo.extend(_rebuild([fp for fp in every[i:i + SLOTS] if fp and not fp & nb]))
+                    hi.extend(_rebuild([fp for fp in every[i:i + SLOTS] if fp & nb]))
+                os.pwrite(fd, lo.tobytes(), start * BUCKET_BYTES)  # nb is a power of two
+                os.pwrite(fd, hi.tobytes(), (start + nb) * BUCKET_BYTES)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
+        os.replace(tmp, self.path)
+        os.close(self._fd)
+        self._cache.clear()
+        self._fd, self.buckets = fd, 2 * nb
+        _sync_dir(self.path.parent)
+
+    def sync(self) -> None:
+        """Make every stored fingerprint survive a power loss; note the count."""
+        os.fsync(self._fd)
+        self._count_path.write_text(str(self.count))
+
+    def close(self) -> None:
+        """Sync and close the file."""
+        if self._fd >= 0:
+            self.sync()
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _rebuild(fps: list[int]) -> list[int]:
+    """A bucket's slots holding `fps` (at most SLOTS of them)."""
+    slots = [0] * SLOTS
+    for fp in fps:
+        slots[_probe(slots, fp)[1]] = fp
+    return slots
+
+
+def _sync_dir(path: Path) -> None:
+    """fsync a directory so a rename in it is durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
