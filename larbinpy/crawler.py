@@ -28,6 +28,7 @@ from larbinpy.config import Config
 from larbinpy.daemon.ports import Ports
 from larbinpy.daemon.progress import Progress
 from larbinpy.daemon.status import Figures, Gauges
+from larbinpy.frontier.crawllog import CrawlLog
 from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
 from larbinpy.frontier.seen import BitmapSeenSet
 from larbinpy.frontier.sites import Sites, never_forward
@@ -85,6 +86,8 @@ class Crawler:
             max_length=max(cfg.max_url_length, URL_HARD_LIMIT),
         )
         self.saved = self.state.load()
+        self.crawl_log = CrawlLog(crawl_log_path(cfg), self.state.done_path(),
+                                  resume=not scratch and cfg.cluster is None)
         self.frontier = DiskFrontier(self.state.frontier_dir, self.saved.frontier)
         self.spill = SiteSpill(self.state.spill_dir, self.saved.spill)
         # The seams: a cluster node's (larbinpy/cluster: Redis seen-set, site ownership,
@@ -94,7 +97,8 @@ class Crawler:
             else cluster_type(cfg, self.seen, self.frontier, self.stats))
         cluster = self.cluster
         self.sites = Sites(self.stats, cfg.wait_duration, self.spill,
-                           forward=never_forward if cluster is None else cluster.forward)
+                           forward=never_forward if cluster is None else cluster.forward,
+                           crawl_log=self.crawl_log)
         self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call)
         admission = (LocalAdmission(self.frontier, self.seen, self.stats, self.sequencer.notify)
                      if cluster is None else cluster.admission)
@@ -113,7 +117,9 @@ class Crawler:
                              self.changed)
         self.reader = Reader(cfg, self.stats, self.normalizer, self.robots, self.input,
                              self.outputs, self.limiter, self.contents, parser=self.parser,
-                             keep_raw=self.outputs.keep_raw, sites=self.sites)
+                             keep_raw=self.outputs.keep_raw, sites=self.sites,
+                             crawl_log=self.crawl_log)
+        self.crawl_log.before_flush = self.parser.flush  # a page's links and files go first
         fetch_page: PageFetch = self.reader.fetch
         fetch_robots: RobotsFetch = self.robots.fetch
         if cluster is not None:  # the cluster calls back into the stages built on its seams
@@ -213,13 +219,18 @@ class Crawler:
 
     def _resume(self) -> None:
         """Put back what the last checkpoint held in memory, and restart spilled sites."""
-        waiting = len(self.frontier) + len(self.spill) + len(self.saved.jobs)
+        finished = len(self.crawl_log.skip)
+        jobs = [j for j in self.saved.jobs if not self.crawl_log.finished_before(j.url)]
+        waiting = len(self.frontier) + len(self.spill) + len(jobs)
         if waiting:
             log.info("resuming: %d URLs to fetch from %s", waiting, self.cfg.state_dir)
-        self.input.restore(self.saved.jobs)
+        if finished:
+            log.info("resuming: %d URLs finished after the last checkpoint are not fetched "
+                     "again", finished)
+        self.input.restore(jobs)
         for key in list(self.spill.sites()):
             self.sites.adopt(key)
-        if self.saved.jobs:
+        if jobs:
             # the restored jobs are on the FIFOs again: a new checkpoint keeps a second crash
             # from restoring them a second time
             self.checkpoint()
@@ -297,6 +308,7 @@ class Crawler:
             queue.sync()
         frontier, spill = self.frontier.positions(), self.spill.positions()
         self.state.write_checkpoint(frontier, spill, self.in_memory())
+        self.crawl_log.checkpointed()  # the checkpoint covers every job finished so far
         self.frontier.release(frontier)
         self.spill.release(spill)
 
@@ -331,7 +343,12 @@ class Crawler:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGHUP, reopen_logs)
+            loop.add_signal_handler(signal.SIGHUP, self.reopen_logs)
+
+    def reopen_logs(self) -> None:
+        """SIGHUP: reopen the log file and the crawl log (logrotate moved them)."""
+        self.crawl_log.reopen()
+        reopen_logs()
 
     def request_stop(self) -> None:
         """Stop cleanly (second call: do not wait for fetches in flight)."""
@@ -349,6 +366,8 @@ class Crawler:
             self.contents.close()
         self.frontier.close()
         self.spill.close()
+        self.crawl_log.close()
+        self.state.close()
 
 
 def _cluster_type(cfg: Config) -> type[Cluster] | None:
@@ -364,6 +383,13 @@ def _cluster_type(cfg: Config) -> type[Cluster] | None:
         raise cfg.error("cluster", "cluster needs the redis client: "
                         "pip install 'larbinpy[cluster]'") from None
     return Cluster
+
+
+def crawl_log_path(cfg: Config) -> Path | None:
+    """Where the crawl log goes: `crawlLog` (a relative path inside saveDir), None for none."""
+    if cfg.crawl_log is None:
+        return None
+    return Path(cfg.save_dir) / cfg.crawl_log  # an absolute crawlLog stays as it is
 
 
 def _observed(fetch: PageFetch, observe: Callable[[Site, Job], None]) -> PageFetch:
