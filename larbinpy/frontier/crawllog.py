@@ -59,6 +59,11 @@ class CrawlLog:
         # be out first, or a kill between the two would lose it
         self.before_flush: Callable[[], None] | None = None
 
+    @property
+    def pending(self) -> bool:
+        """Are final lines waiting for the end of this turn?"""
+        return self._scheduled
+
     def finished_before(self, url: str) -> bool:
         """Did this URL reach its outcome before a crash, after the last checkpoint? (Once:
         a URL met again after that is a new job.)"""

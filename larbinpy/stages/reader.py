@@ -111,6 +111,11 @@ class Reader:
 
     async def fetch(self, site: Site, job: Job) -> None:
         """Fetch one job and count its outcome."""
+        if self.crawl_log.pending:
+            # a worker reaches here in the turn its last fetch ended: one yield lets the
+            # turn's final lines reach the done-record first, so a kill -9 re-fetches at most
+            # the requests on the wire
+            await asyncio.sleep(0)
         if not self.outputs.ready:  # storage full or a slow hook: back-pressure, not memory
             await self.outputs.wait_ready()
         site.pages += 1
