@@ -514,8 +514,9 @@ class Config:
         "SIGHUP)", syntax="path", default_doc="stderr",
     )
     crawl_log: str | None = key(
-        "crawl.jsonl", "crawlLog", "one JSON line for every URL that reaches its final outcome "
-        "(a relative path is taken inside saveDir; reopened on SIGHUP); `none` turns it off",
+        "crawl.jsonl", "crawlLog", "one JSON line for every URL admitted to the crawl, at its "
+        "final outcome, fetched or not (refused and duplicate links are only counted); a "
+        "relative path is taken inside saveDir; reopened on SIGHUP; `none` turns it off",
         parse=lambda v: None if v == "none" else v, syntax="path|none",
     )
     tls_verify: bool = key(

@@ -347,8 +347,8 @@ class Crawler:
 
     def reopen_logs(self) -> None:
         """SIGHUP: reopen the log file and the crawl log (logrotate moved them)."""
-        self.crawl_log.reopen()
         reopen_logs()
+        self.crawl_log.reopen()
 
     def request_stop(self) -> None:
         """Stop cleanly (second call: do not wait for fetches in flight)."""

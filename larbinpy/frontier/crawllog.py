@@ -36,6 +36,8 @@ from larbinpy.stats import Outcome
 log = logging.getLogger("larbinpy.crawllog")
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+# one encoder for every line: json.dumps with options builds a new one per call
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 class CrawlLog:
@@ -76,11 +78,11 @@ class CrawlLog:
                ms: int = 0, ctype: str | None = None) -> None:
         """The final outcome of one job (written at the end of this loop turn)."""
         if self._log_fd >= 0:
-            self._lines.append(json.dumps({
+            self._lines.append(_encode({
                 "t": round(time.time(), 3), "url": job.url, "kind": kind.value,
                 "status": status, "bytes": nbytes, "ms": ms, "type": ctype or None,
                 "depth": job.depth, "via": job.via,
-            }, ensure_ascii=False, separators=(",", ":")) + "\n")
+            }) + "\n")
         self._urls.append(job.url + "\n")
         if not self._scheduled:
             self._scheduled = True
