@@ -77,6 +77,8 @@ class CrawlLog:
     def record(self, job: Job, kind: Outcome, status: int | None = None, nbytes: int = 0,
                ms: int = 0, ctype: str | None = None) -> None:
         """The final outcome of one job (written at the end of this loop turn)."""
+        if self.skip and self.finished_before(job.url):
+            return  # its line was written before the crash (a replayed job dropped again)
         if self._log_fd >= 0:
             self._lines.append(_encode({
                 "t": round(time.time(), 3), "url": job.url, "kind": kind.value,
