@@ -360,13 +360,13 @@ class Crawler:
 
     def _close(self) -> None:
         """Release files."""
+        self.crawl_log.close()  # first: its last flush hands held pages to the outputs
         self.outputs.close()
         self.seen.close()
         if self.contents is not None:
             self.contents.close()
         self.frontier.close()
         self.spill.close()
-        self.crawl_log.close()
         self.state.close()
 
 
