@@ -538,6 +538,12 @@ class Config:
         None, "logFile", "log to this file instead of stderr (reopened when rotated, and on "
         "SIGHUP)", syntax="path", default_doc="stderr",
     )
+    crawl_log: str | None = key(
+        "crawl.jsonl", "crawlLog", "one JSON line for every URL admitted to the crawl, at its "
+        "final outcome, fetched or not (refused and duplicate links are only counted); a "
+        "relative path is taken inside saveDir; reopened on SIGHUP; `none` turns it off",
+        parse=lambda v: None if v == "none" else v, syntax="path|none",
+    )
     tls_verify: bool = key(
         True, "tlsVerify", "check HTTPS certificates; off is for lab crawls, and the status page "
         "says so", parse=parse_onoff,

@@ -28,6 +28,7 @@ from larbinpy.config import Config
 from larbinpy.daemon.ports import Ports
 from larbinpy.daemon.progress import Progress
 from larbinpy.daemon.status import Figures, Gauges
+from larbinpy.frontier.crawllog import CrawlLog
 from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
 from larbinpy.frontier.robotsdb import FileVerdicts, VerdictStore
 from larbinpy.frontier.seen import BitmapSeenSet, open_seen_set
@@ -89,6 +90,8 @@ class Crawler:
             max_length=max(cfg.max_url_length, URL_HARD_LIMIT),
         )
         self.saved = self.state.load()
+        self.crawl_log = CrawlLog(crawl_log_path(cfg), self.state.done_path(),
+                                  resume=not scratch and cfg.cluster is None)
         self.frontier = DiskFrontier(self.state.frontier_dir, self.saved.frontier)
         self.spill = SiteSpill(self.state.spill_dir, self.saved.spill)
         # The seams: a cluster node's (larbinpy/cluster: Redis seen-set, site ownership,
@@ -98,7 +101,8 @@ class Crawler:
             else cluster_type(cfg, self.seen, self.frontier, self.stats))
         cluster = self.cluster
         self.sites = Sites(self.stats, cfg.wait_duration, self.spill,
-                           forward=never_forward if cluster is None else cluster.forward)
+                           forward=never_forward if cluster is None else cluster.forward,
+                           crawl_log=self.crawl_log)
         self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call)
         admission = (LocalAdmission(self.frontier, self.seen, self.stats, self.sequencer.notify)
                      if cluster is None else cluster.admission)
@@ -122,7 +126,9 @@ class Crawler:
                              self.changed)
         self.reader = Reader(cfg, self.stats, self.normalizer, self.robots, self.input,
                              self.outputs, self.limiter, self.contents, parser=self.parser,
-                             keep_raw=self.outputs.keep_raw, sites=self.sites)
+                             keep_raw=self.outputs.keep_raw, sites=self.sites,
+                             crawl_log=self.crawl_log)
+        self.crawl_log.before_flush = self.parser.flush  # a page's links and files go first
         fetch_page: PageFetch = self.reader.fetch
         fetch_robots: RobotsFetch = self.robots.fetch
         if cluster is not None:  # the cluster calls back into the stages built on its seams
@@ -270,13 +276,18 @@ class Crawler:
 
     def _resume(self) -> None:
         """Put back what the last checkpoint held in memory, and restart spilled sites."""
-        waiting = len(self.frontier) + len(self.spill) + len(self.saved.jobs)
+        finished = len(self.crawl_log.skip)
+        jobs = [j for j in self.saved.jobs if not self.crawl_log.finished_before(j.url)]
+        waiting = len(self.frontier) + len(self.spill) + len(jobs)
         self.resumed = waiting  # for the start-up log line
         self.stats.urls_seen = max(self.stats.urls_seen, self.saved.urls_seen)
-        self.input.restore(self.saved.jobs)
+        if finished:
+            log.info("resuming: %d URLs finished after the last checkpoint are not fetched "
+                     "again", finished)
+        self.input.restore(jobs)
         for key in list(self.spill.sites()):
             self.sites.adopt(key)
-        if self.saved.jobs:
+        if jobs:
             # the restored jobs are on the FIFOs again: a new checkpoint keeps a second crash
             # from restoring them a second time
             self.checkpoint()
@@ -366,7 +377,7 @@ class Crawler:
             raise
         self._commit(*snapshot)
 
-    def _snapshot(self) -> tuple[dict[int, Position], dict[str, Position], list[Job]]:
+    def _snapshot(self) -> tuple[dict[int, Position], dict[str, Position], list[Job], int]:
         """Flush and sync the outputs (those not taken) and the queues; then cursors and the
         jobs only memory holds, as of this moment."""
         # Order matters: pages read but not parsed go on first (their links to the frontier,
@@ -382,12 +393,16 @@ class Crawler:
         self.verdicts.compact()
         if self.contents is not None:
             self.contents.flush()
-        return self.frontier.positions(), self.spill.positions(), list(self.in_memory())
+        done = self.crawl_log.mark()  # jobs finishing from now on are not in this checkpoint
+        return (self.frontier.positions(), self.spill.positions(), list(self.in_memory()),
+                done)
 
     def _commit(self, frontier: dict[int, Position], spill: dict[str, Position],
-                jobs: list[Job]) -> None:
-        """Write the checkpoint, then release the files before its cursors."""
+                jobs: list[Job], done: int) -> None:
+        """Write the checkpoint, then release the files before its cursors and the
+        done-record's URLs it covers."""
         self.state.write_checkpoint(frontier, spill, jobs, self.stats.urls_seen)
+        self.crawl_log.checkpointed(done)
         self.frontier.release(frontier)
         self.spill.release(spill)
 
@@ -431,7 +446,12 @@ class Crawler:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGHUP, reopen_logs)
+            loop.add_signal_handler(signal.SIGHUP, self.reopen_logs)
+
+    def reopen_logs(self) -> None:
+        """SIGHUP: reopen the log file and the crawl log (logrotate moved them)."""
+        reopen_logs()
+        self.crawl_log.reopen()
 
     def request_stop(self) -> None:
         """Stop cleanly (second call: do not wait for fetches in flight)."""
@@ -443,6 +463,7 @@ class Crawler:
 
     def _close(self) -> None:
         """Release files."""
+        self.crawl_log.close()  # first: its last flush hands held pages to the outputs
         self.outputs.close()
         self.verdicts.close()
         self.seen.close()
@@ -450,6 +471,7 @@ class Crawler:
             self.contents.close()
         self.frontier.close()
         self.spill.close()
+        self.state.close()
 
 
 def _cluster_type(cfg: Config) -> type[Cluster] | None:
@@ -465,6 +487,13 @@ def _cluster_type(cfg: Config) -> type[Cluster] | None:
         raise cfg.error("cluster", "cluster needs the redis client: "
                         "pip install 'larbinpy[cluster]'") from None
     return Cluster
+
+
+def crawl_log_path(cfg: Config) -> Path | None:
+    """Where the crawl log goes: `crawlLog` (a relative path inside saveDir), None for none."""
+    if cfg.crawl_log is None:
+        return None
+    return Path(cfg.save_dir) / cfg.crawl_log  # an absolute crawlLog stays as it is
 
 
 def _observed(fetch: PageFetch, observe: Callable[[Site, Job], None]) -> PageFetch:

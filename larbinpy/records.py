@@ -36,6 +36,9 @@ class Job:
     tag: int = 0  # larbin's URL_TAGS: given with a submitted URL, kept across redirects
     kind: JobKind = JobKind.PAGE
     retries: int = 0  # times a 429/503 sent it back to its site's queue
+    # the URL it was found on (None for seeds and submissions), for the crawl log; a
+    # normalized URL, so it holds no tab or newline (the job-line codec relies on it)
+    via: str | None = None
 
 
 class SiteState(enum.Enum):

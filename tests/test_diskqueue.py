@@ -181,6 +181,36 @@ def test_every_job_line_decodes_to_the_job_it_encodes(jobs: list[Job]) -> None:
     assert lines[-1] == b"" and [decode_job(line) for line in lines[:-1]] == jobs
 
 
+_NO_TAB = st.characters(blacklist_characters="\t\n", blacklist_categories=("Cs",))
+
+
+@given(st.lists(st.builds(
+    Job, st.text(st.characters(blacklist_characters="\n", blacklist_categories=("Cs",))),
+    st.integers(-2**40, 2**40), st.integers(-9, 9), st.integers(0, 20), st.integers(-5, 5),
+    st.sampled_from(JobKind), st.integers(0, 9), st.none() | st.text(_NO_TAB))))
+def test_a_job_found_on_a_page_keeps_that_page_through_its_line(jobs: list[Job]) -> None:
+    lines = encode_jobs(jobs).encode("utf-8", "surrogateescape").split(b"\n")
+    assert [decode_job(line) for line in lines[:-1]] == jobs
+
+
+def test_lines_written_before_via_existed_still_read() -> None:
+    """Older state: plain and tagged lines, a tab in the URL; no via."""
+    assert decode_job(b"1\t4\t0\thttp://h.test/a\tb") == Job("http://h.test/a\tb", 4, 1)
+    assert decode_job(b"2\t3\t1:7:1:2\thttp://h.test/") == Job(
+        "http://h.test/", 3, 2, 1, 7, JobKind.SITEMAP, 2)
+
+
+def test_fifo_files_with_via_lines_reopen_and_replay(tmp_path: Path) -> None:
+    """The files' line check on open accepts job lines with a via field."""
+    jobs = [Job(f"http://h.test/p{i}", 3, 0, i % 2, i % 3, via="http://h.test/") for i in range(9)]
+    fifo = SegmentFifo(tmp_path, "q")
+    fifo.push(jobs)
+    fifo.flush()
+    fifo.close()
+    again = SegmentFifo(tmp_path, "q")
+    assert [again.pop() for _ in jobs] == jobs
+
+
 @pytest.mark.parametrize("line", [b"", b"1\t2\t3", b"x\t2\t3\thttp://h.test/",
                                   b"1\t2\t3:4\thttp://h.test/", b"1\t2\t3:4:5:x\thttp://h.test/"])
 def test_a_malformed_job_line_is_a_value_error(line: bytes) -> None:

@@ -213,3 +213,56 @@ async def test_the_summary_after_a_resume_counts_the_urls_of_the_whole_crawl(mak
     summary = err.strip().splitlines()[-1]
     seen = int(summary.split(" URLs seen")[0].rsplit(" ", 1)[1])
     assert seen == len(all_pages(tw)), summary  # every URL once, whichever run saw it
+
+
+async def test_kill_9_refetches_only_what_was_in_flight(make_web):
+    """The done-record, not the checkpoint, bounds re-fetches: with checkpoints far apart or
+    close together, each kill costs at most the fetches in flight (pagesConnexions 3)."""
+    for interval in ("3600", "0.3"):
+        tw = await make_web(slow_web())
+        conf = write_conf(tw)
+        conf.write_text(conf.read_text().replace("checkpointInterval 0.2",
+                                                  f"checkpointInterval {interval}"))
+        kills = 3
+        for _ in range(kills):
+            proc = await start(tw, conf)
+            await until_pages(tw, 15)
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
+        proc = await start(tw, conf)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+        fetched = Counter(tw.pages_fetched())
+        assert set(fetched) == all_pages(tw)
+        assert sum(fetched.values()) - len(fetched) <= kills * 3, (interval, fetched)
+        shutil.rmtree(tw.tmp / "state")
+        shutil.rmtree(tw.tmp / "save")
+
+
+async def test_a_second_process_on_the_same_state_exits_2_naming_the_first(make_web):
+    tw = await make_web(slow_web())
+    conf = write_conf(tw)
+    conf.write_text(conf.read_text().replace("exitAtEnd\n", ""))  # a daemon: it stays
+    first = await start(tw, conf)
+    await until_pages(tw, 3)
+    kept = [tw.tmp / "state" / name for name in ("meta.json", "seen.bitmap")]
+    before_second = [p.stat().st_ino for p in kept]  # a wipe would make new files
+    second = await asyncio.create_subprocess_exec(  # --scratch: it would wipe the state
+        sys.executable, "-m", "larbinpy", "-c", str(conf), "-q", "--scratch", cwd=tw.tmp,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(second.communicate(), 30)
+    assert second.returncode == 2
+    assert f"pid {first.pid}" in err.decode()
+    assert [p.stat().st_ino for p in kept] == before_second
+    before = len(tw.pages_fetched())
+    await until_pages(tw, 3)  # the first crawls on
+    first.send_signal(signal.SIGTERM)
+    _, err = await asyncio.wait_for(first.communicate(), 30)
+    assert first.returncode == 0, err.decode()
+    assert len(tw.pages_fetched()) > before
+    # the lock went with the first process: a new one resumes the crawl
+    conf.write_text(conf.read_text() + "exitAtEnd\n")
+    third = await start(tw, conf)
+    _, err = await asyncio.wait_for(third.communicate(), 60)
+    assert third.returncode == 0, err.decode()
+    assert set(tw.pages_fetched()) == all_pages(tw)

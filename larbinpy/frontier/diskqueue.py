@@ -64,8 +64,9 @@ log = logging.getLogger("larbinpy.diskqueue")
 _FD_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 _warned = -WARN_EVERY  # time.monotonic() of the last such warning
 
-# A line start not followed by two integers, a hops field and a tab: a malformed job line.
-_BAD_LINE = re.compile(rb"(?m)^(?!-?[0-9]+\t-?[0-9]+\t-?[0-9]+(?:(?::-?[0-9]+){3})?\t)")
+# A line start not followed by two integers, a hops field (`+` when a via field follows: see
+# joblines.py) and a tab: a malformed job line.
+_BAD_LINE = re.compile(rb"(?m)^(?!-?[0-9]+\t-?[0-9]+\t-?[0-9]+(?:(?::-?[0-9]+){3})?\+?\t)")
 _SEGMENT = re.compile(r"(.+)\.([0-9]+)\.seg")
 _SPILL = re.compile(r"([0-9a-f]{32})\.([0-9]+)\.spill")
 

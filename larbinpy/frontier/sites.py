@@ -20,9 +20,10 @@ it was given first (the embedded crawl's `never_forward`, or `cluster.Cluster.fo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
+from larbinpy.frontier.crawllog import CrawlLog
 from larbinpy.frontier.diskqueue import SiteSpill
 from larbinpy.links.urls import host_of, site_key
 from larbinpy.records import IpSlot, Job, Site, SiteState
@@ -55,8 +56,9 @@ class Sites:
     """Every site and IP slot of the crawl."""
 
     def __init__(self, stats: Stats, default_delay: float, spill: SiteSpill,
-                 forward: Forward = never_forward) -> None:
+                 forward: Forward = never_forward, crawl_log: CrawlLog | None = None) -> None:
         self.stats = stats
+        self.crawl_log = crawl_log  # the final line of each job dropped here
         self.default_delay = default_delay  # waitDuration; robots.txt may raise it per site
         self.spill = spill
         self.by_key: dict[str, Site] = {}
@@ -90,6 +92,8 @@ class Sites:
         if site.state is SiteState.DEAD:
             if now < site.dead_until:
                 self.stats.count(site.dead_reason)
+                if self.crawl_log is not None:
+                    self.crawl_log.record(job, site.dead_reason)
                 return
             self._store(site, job)
             self.on_new_site(site)  # negative cache expired: try DNS again
@@ -147,12 +151,20 @@ class Sites:
     def drop(self, site: Site, kind: Outcome) -> None:
         """Drop every queued job of a site, counted under `kind`."""
         n = len(site.queue)
+        self._logged(site.queue, kind)
         site.queue.clear()
         self.in_memory -= n
         while batch := self.spill.pop_many(site.key, DROP_BATCH):
             n += len(batch)
+            self._logged(batch, kind)
         self.queued -= n
         self.stats.count(kind, n)
+
+    def _logged(self, jobs: Iterable[Job], kind: Outcome) -> None:
+        """The crawl log's final lines for dropped jobs."""
+        if self.crawl_log is not None:
+            for job in jobs:
+                self.crawl_log.record(job, kind)
 
     def rest(self, site: Site) -> None:
         """A site has nothing to do right now: it may be forgotten later."""

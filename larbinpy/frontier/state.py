@@ -1,6 +1,10 @@
 """What survives a restart: the files in `stateDir` and the checkpoint that ties them together.
 
 Layout:
+- `lock`: held (flock) by the one process using the state, with its pid in it; a second process
+  on the same state refuses to start, naming that pid, before it touches anything else.
+- `done`: the URLs that reached their final outcome since the last checkpoint
+  (`crawllog.CrawlLog`): a restart after a `kill -9` does not fetch them again.
 - `meta.json`: the settings that give the state its meaning (hash set size and functions);
   a resume with different ones is refused.
 - `seen.bitmap` (and `contents.bitmap` with noDup): the hash set, memory-mapped, always current.
@@ -17,14 +21,15 @@ Layout:
   with what it still holds, and logged.
 
 After a `kill -9`, a restart reopens the FIFOs and spill files at the checkpoint's cursors and
-re-queues its jobs: everything accepted is there; jobs fetched since the checkpoint are fetched
-again (that is the bound). Files wholly before a cursor are deleted only once a checkpoint
-naming a later cursor is durable.
+re-queues its jobs: everything accepted is there; of the jobs finished since the checkpoint,
+those `done` names are skipped, so what is fetched again is what was in flight at the kill.
+Files wholly before a cursor are deleted only once a checkpoint naming a later cursor is durable.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -87,21 +92,47 @@ class StateDir:
     def __init__(self, path: str, meta: dict[str, object], scratch: bool) -> None:
         self.root = Path(path)
         self.root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = self._lock()
         if scratch:
             self._wipe()
         self._check_meta(meta)
         self.frontier_dir = self.root / "frontier"
         self.spill_dir = self.root / "spill"
 
+    def _lock(self) -> int:
+        """Take the state's lock for the life of the process (the kernel drops it at exit,
+        kill -9 included); StateError naming the holder's pid when another process has it."""
+        path = self.root / "lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise StateError(f"{self.root} is in use by another larbinpy (pid {holder}); "
+                             "one process per stateDir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def close(self) -> None:
+        """Release the lock (another process may then use the state)."""
+        if self._lock_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def done_path(self) -> Path:
+        """The done-record: URLs finished since the last checkpoint (crawllog.CrawlLog)."""
+        return self.root / "done"
+
     def _wipe(self) -> None:
         """--scratch: forget everything saved."""
         for p in self.root.iterdir():
             if p.name in ("frontier", "spill") and p.is_dir():
                 shutil.rmtree(p)
-            elif p.name == "meta.json" or p.name.startswith(
-                    ("journal.", "checkpoint", "robots.")) or (
-                p.suffix == ".bitmap"
-            ):
+            elif p.name in ("meta.json", "done") or p.name.startswith(
+                    ("journal.", "checkpoint", "robots.")) or p.suffix == ".bitmap":
                 p.unlink()
 
     def _check_meta(self, meta: dict[str, object]) -> None:

@@ -149,7 +149,7 @@ class Input:
             if reason:
                 stats.count(reason)
                 continue
-            jobs.append(Job(url, depth, parent.priority))
+            jobs.append(Job(url, depth, parent.priority, via=page_url))
         self._queue(jobs)
 
     def add_redirect(self, parent: Job, target: str) -> None:
@@ -166,7 +166,7 @@ class Input:
             return
         # the tag and the kind (a redirected sitemap is still a sitemap) travel with it
         self._queue([Job(target, parent.depth, parent.priority, parent.hops + 1, parent.tag,
-                         parent.kind)])
+                         parent.kind, via=parent.url)])
 
     def add_sitemaps(self, base: str, urls: Iterable[str], nesting: int) -> None:
         """Sitemap files (robots.txt's `Sitemap:` lines, or an index's): sitemap jobs whose
@@ -175,12 +175,13 @@ class Input:
             self.stats.count(Outcome.tooDeep)
             return
         prio = self.cfg.sitemap_priority
-        self._add_listed(base, urls, lambda u: Job(u, nesting, prio, 0, 0, JobKind.SITEMAP))
+        self._add_listed(base, urls,
+                         lambda u: Job(u, nesting, prio, 0, 0, JobKind.SITEMAP, via=base))
 
     def add_sitemap_urls(self, base: str, urls: Iterable[str]) -> None:
         """Page URLs a sitemap lists: entry points with the full `depthInSite`."""
         depth, prio = self.cfg.depth_in_site, self.cfg.sitemap_priority
-        self._add_listed(base, urls, lambda u: Job(u, depth, prio))
+        self._add_listed(base, urls, lambda u: Job(u, depth, prio, via=base))
 
     def _add_listed(self, base: str, urls: Iterable[str], make: Callable[[str], Job]) -> None:
         """URLs listed by robots.txt or a sitemap at `base`: resolved, scoped, de-duplicated."""

@@ -30,6 +30,7 @@ from aiohttp.http_exceptions import TransferEncodingError
 from yarl import URL
 
 from larbinpy.config import Config
+from larbinpy.frontier.crawllog import CrawlLog
 from larbinpy.frontier.seen import SeenSet
 from larbinpy.frontier.sites import Sites
 from larbinpy.links.scope import url_extension
@@ -70,6 +71,7 @@ class Reader:
         parser: Parser,
         keep_raw: bool,
         sites: Sites,
+        crawl_log: CrawlLog,
     ) -> None:
         self.cfg, self.stats, self.normalizer = cfg, stats, normalizer
         self.robots, self.input = robots, input_stage
@@ -83,27 +85,51 @@ class Reader:
         self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites.enqueue)
         self.cookies = CookieJar() if cfg.cookies else None
         self.parser = parser  # 2xx pages go on to it (links, outputs)
+        self.crawl_log = crawl_log  # each job's final line
+        # what the crawl log says of a fetch in progress: id(job) -> [status, type, bytes]
+        self._answers: dict[int, list[int | str | None]] = {}
 
     def refused(self, site: Site, job: Job) -> bool:
         """Must this job not be requested at all? (If so, its outcome is counted here.)
 
         The opener asks before a fetch, so refused jobs cost no connection and no politeness
         wait: a site whose queue is all disallowed drains at once, not one URL per waitDuration.
+        A job that reached its outcome before a crash (after the last checkpoint) is skipped
+        without a count: it was counted and logged then.
         """
+        if self.crawl_log.finished_before(job.url):
+            return True
         if not self.robots.allowed(site, job.url):
             self.stats.count(Outcome.forbiddenRobots)
+            self.crawl_log.record(job, Outcome.forbiddenRobots)
             return True
         if self.cfg.max_pages_per_site and site.pages >= self.cfg.max_pages_per_site:
             self.stats.count(Outcome.outOfScope)
+            self.crawl_log.record(job, Outcome.outOfScope)
             return True
         return False
 
     async def fetch(self, site: Site, job: Job) -> None:
         """Fetch one job and count its outcome."""
+        if self.crawl_log.pending:
+            # a worker reaches here in the turn its last fetch ended: one yield lets the
+            # turn's final lines reach the done-record first, so a kill -9 re-fetches at most
+            # the requests on the wire
+            await asyncio.sleep(0)
         if not self.outputs.ready:  # storage full or a slow hook: back-pressure, not memory
             await self.outputs.wait_ready()
         site.pages += 1
-        self.stats.count(await self._request(site, job))
+        start = time.monotonic()
+        answer = self._answers[id(job)] = [None, None, 0]
+        try:
+            kind = await self._request(site, job)
+        finally:
+            del self._answers[id(job)]
+        self.stats.count(kind)
+        if kind is not Outcome.backedOff:  # a job sent back to its queue ends later
+            status, ctype, nbytes = answer
+            self.crawl_log.record(job, kind, status, nbytes,  # type: ignore[arg-type]
+                                  round((time.monotonic() - start) * 1000), ctype)
 
     async def _request(self, site: Site, job: Job) -> Outcome:
         """Send the request and read the response: the outcome kind."""
@@ -138,6 +164,9 @@ class Reader:
         """Route one response by status: the outcome kind."""
         self.stats.pages += 1
         status = resp.status
+        answer = self._answers.get(id(job))
+        if answer is not None:
+            answer[0], answer[1] = status, resp.content_type
         if status not in BACK_OFF_STATUSES:
             self.backoff.answered(site)
         elif self.backoff.retry(site, job, resp.headers.get("Retry-After"),
@@ -189,6 +218,9 @@ class Reader:
             min_rate=self.cfg.min_rate, truncate=truncate,
         )
         self.stats.bytes += body.wire_bytes
+        answer = self._answers.get(id(job))
+        if answer is not None:
+            answer[2] = body.wire_bytes
         return page_from_response(job, resp, body, start, site.ip.addr if site.ip else "")
 
     def _redirect(self, job: Job, status: int, location: str | None) -> Outcome:

@@ -1,0 +1,187 @@
+"""The crawl log and the done-record: a line for every job that reaches its final outcome.
+
+Every job (a URL admitted to the crawl) gets exactly one final line, fetched or not: a fetch's
+outcome (success, err40X, timeout...), or a drop without a request (forbiddenRobots,
+maxPagesPerSite as outOfScope, a dead site's noDNS/deniedNetwork/tlsError). A job a 429/503
+sends back to its site's queue gets its line when it finally ends. URLs refused before they
+become jobs (urlDup, outOfScope, tooDeep, trap at input) are counted, not logged one by one.
+
+Two files, written alike: lines gather in memory and go out with one `write()` each at the end
+of the event-loop turn (a `call_soon` callback), so a `kill -9` loses at most the lines of the
+turn it interrupts; nothing is fsynced on this path.
+
+- The crawl log (`crawlLog`, optional): one JSON object a line for the operator (`t`, `url`,
+  `kind`, `status`, `bytes`, `ms`, `type`, `depth`, `via`). Whole lines only: a failed write is
+  cut back to the last whole line. Reopened by name on SIGHUP (logrotate).
+- The done-record (`stateDir/done`): the URLs finished since the last checkpoint. On restart
+  they are the `skip` set: the checkpoint's jobs and the FIFOs' replay include them, and the
+  reader does not fetch them again. A checkpoint empties the file (its cursors and saved jobs
+  already exclude those URLs), keeping only the skips not met yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from larbinpy.records import Job
+from larbinpy.stats import Outcome
+
+log = logging.getLogger("larbinpy.crawllog")
+
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+# one encoder for every line: json.dumps with options builds a new one per call
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+class CrawlLog:
+    """Final lines of jobs: the operator's crawl log (when `path` is set) and the done-record."""
+
+    def __init__(self, path: Path | None, done_path: Path, resume: bool) -> None:
+        """`resume`: read the done-record left by the previous run into `skip`."""
+        self.path = path
+        self.done_path = done_path
+        self.skip: set[str] = _read_urls(done_path) if resume else set()
+        self._log_fd = _open(path) if path is not None else -1
+        # read and written: a checkpoint reads back what finished after its snapshot
+        self._done_fd = os.open(done_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        if not resume:
+            os.ftruncate(self._done_fd, 0)
+        self._lines: list[str] = []
+        self._urls: list[str] = []
+        self._scheduled = False
+        self.write_errors = 0
+        # run before the done-record is written: whatever a finished job left for later in
+        # this turn (the parser's held pages: links to the FIFOs, pages to the outputs) must
+        # be out first, or a kill between the two would lose it
+        self.before_flush: Callable[[], None] | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Are final lines waiting for the end of this turn?"""
+        return self._scheduled
+
+    def finished_before(self, url: str) -> bool:
+        """Did this URL reach its outcome before a crash, after the last checkpoint? (Once:
+        a URL met again after that is a new job.)"""
+        if not self.skip or url not in self.skip:
+            return False
+        self.skip.discard(url)
+        return True
+
+    def record(self, job: Job, kind: Outcome, status: int | None = None, nbytes: int = 0,
+               ms: int = 0, ctype: str | None = None) -> None:
+        """The final outcome of one job (written at the end of this loop turn)."""
+        if self.skip and self.finished_before(job.url):
+            return  # its line was written before the crash (a replayed job dropped again)
+        if self._log_fd >= 0:
+            self._lines.append(_encode({
+                "t": round(time.time(), 3), "url": job.url, "kind": kind.value,
+                "status": status, "bytes": nbytes, "ms": ms, "type": ctype or None,
+                "depth": job.depth, "via": job.via,
+            }) + "\n")
+        self._urls.append(job.url + "\n")
+        if not self._scheduled:
+            self._scheduled = True
+            try:
+                asyncio.get_running_loop().call_soon(self.flush)
+            except RuntimeError:  # no loop (a test, or after it): write now
+                self.flush()
+
+    def flush(self) -> None:
+        """Write the gathered lines (one write per file)."""
+        self._scheduled = False
+        if self._urls and self.before_flush is not None:
+            self.before_flush()
+        if self._lines:
+            self._write(self._log_fd, "".join(self._lines))
+            self._lines.clear()
+        if self._urls:
+            self._write(self._done_fd, "".join(self._urls))
+            self._urls.clear()
+
+    def _write(self, fd: int, text: str) -> None:
+        """Append whole lines; on an error, cut the file back to its last whole line."""
+        data = text.encode("utf-8", "surrogateescape")
+        try:
+            start = os.lseek(fd, 0, os.SEEK_END)
+        except OSError:
+            start = -1
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError as exc:
+            self.write_errors += 1
+            if start >= 0:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+            if self.write_errors == 1 or self.write_errors % 1000 == 0:
+                log.warning("crawl log lines lost (%d writes failed so far): %s",
+                            self.write_errors, exc)
+
+    def mark(self) -> int:
+        """A checkpoint's snapshot is being taken: write what is gathered; the done-record's
+        length now (what finished before the snapshot)."""
+        self.flush()
+        try:
+            return os.lseek(self._done_fd, 0, os.SEEK_END)
+        except OSError:
+            return 0
+
+    def checkpointed(self, mark: int) -> None:
+        """The checkpoint of `mark` is durable: the done-record keeps only the skips still to
+        meet and what finished after the mark (the checkpoint may have been written later,
+        after its outputs were synced, and does not cover those)."""
+        try:
+            size = os.fstat(self._done_fd).st_size
+            after = os.pread(self._done_fd, size - mark, mark) if size > mark else b""
+        except OSError:
+            return  # the record stays as it is: longer, never missing a URL
+        keep = "".join(u + "\n" for u in self.skip) + after.decode("utf-8", "surrogateescape")
+        os.ftruncate(self._done_fd, 0)
+        if keep:
+            self._write(self._done_fd, keep)
+
+    def reopen(self) -> None:
+        """SIGHUP: write what is gathered, then reopen the crawl log by name (logrotate)."""
+        self.flush()
+        if self.path is not None:
+            if self._log_fd >= 0:
+                os.close(self._log_fd)
+            try:
+                self._log_fd = _open(self.path)
+            except OSError as exc:
+                self._log_fd = -1
+                log.error("crawl log %s could not be reopened, lines are lost until the "
+                          "next SIGHUP: %s", self.path, exc)
+
+    def close(self) -> None:
+        """Write what is gathered and close both files."""
+        self.flush()
+        for fd in (self._log_fd, self._done_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._log_fd = self._done_fd = -1
+
+
+def _open(path: Path) -> int:
+    """Open a log file for appending, creating its folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, _FLAGS, 0o644)
+
+
+def _read_urls(path: Path) -> set[str]:
+    """The whole lines of a done-record (a torn last line is ignored)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return set()
+    text = data[:data.rfind(b"\n") + 1].decode("utf-8", "surrogateescape")
+    return set(text.splitlines())

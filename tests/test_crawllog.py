@@ -1,0 +1,157 @@
+"""The crawl log: one JSON line for every job's final outcome, fetched or not; SIGHUP reopens it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from collections import Counter
+from pathlib import Path
+
+from conftest import html, until
+
+from larbinpy.demo import Page, Site
+from larbinpy.demo.web import redirect
+from larbinpy.frontier.crawllog import CrawlLog
+from larbinpy.records import Job
+from larbinpy.stats import Outcome
+
+FIELDS = {"t", "url", "kind", "status", "bytes", "ms", "type", "depth", "via"}
+
+
+def lines(path: Path) -> list[dict[str, object]]:
+    """The crawl log's lines, each parsed (a torn or non-JSON line fails the test)."""
+    text = path.read_text()
+    assert text == "" or text.endswith("\n")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def mixed_web() -> list[Site]:
+    """A page of every fate: fetched, 404, redirected, disallowed, on a host DNS does not know."""
+    return [Site("a.test", "127.0.0.2", {
+        "/": html("/ok.html", "/missing.html", "/moved.html", "/private/x.html",
+                  "http://nowhere.test/", "/ok.html"),
+        "/ok.html": html("/"),  # only a duplicate link: counted, not logged
+        "/moved.html": redirect("/target.html"),
+        "/target.html": Page("plain text", content_type="text/plain"),
+        "/missing.html": Page("gone", status=404),
+        "/private/x.html": html(),
+        "/robots.txt": Page("User-agent: *\nDisallow: /private/\n", content_type="text/plain"),
+    })]
+
+
+async def test_every_job_gets_one_line_saying_what_happened_to_it(make_web):
+    tw = await make_web(mixed_web())
+    crawler = await tw.crawl(f"startUrl {tw.url('a.test')}\n")
+    got = lines(tw.tmp / "save" / "crawl.jsonl")  # a relative crawlLog lives in saveDir
+    assert all(set(line) == FIELDS for line in got)
+    by_url = {line["url"]: line for line in got}
+    assert len(by_url) == len(got)  # one line a job
+    root, port = tw.url("a.test"), tw.url("a.test").split(":")[2].rstrip("/")
+    kinds = {u.replace(f":{port}", ""): (line["kind"], line["status"]) for u, line in
+             by_url.items()}
+    assert kinds == {
+        "http://a.test/": ("success", 200),
+        "http://a.test/ok.html": ("success", 200),
+        "http://a.test/missing.html": ("err40X", 404),
+        "http://a.test/moved.html": ("err30X", 301),
+        "http://a.test/target.html": ("badType", 200),
+        "http://a.test/private/x.html": ("forbiddenRobots", None),
+        "http://nowhere.test/": ("noDNS", None),
+    }
+    assert by_url[root]["via"] is None and by_url[root]["depth"] == crawler.cfg.depth_in_site
+    assert by_url[tw.url("a.test", "/ok.html")]["via"] == root
+    assert by_url[tw.url("a.test", "/target.html")]["via"] == tw.url("a.test", "/moved.html")
+    ok = by_url[root]
+    assert ok["type"] == "text/html" and ok["bytes"] > 0 and ok["ms"] >= 0
+    # every outcome of a job is in the log; duplicate links are only counted
+    counted = {k.value: v for k, v in crawler.stats.outcomes.items() if v}
+    assert Counter(line["kind"] for line in got) == {k: v for k, v in counted.items()
+                                                    if k != "urlDup"}
+    assert counted["urlDup"] > 0
+
+
+async def test_crawl_log_none_writes_no_log(make_web):
+    tw = await make_web(mixed_web())
+    await tw.crawl(f"crawlLog none\nstartUrl {tw.url('a.test')}\n")
+    assert not (tw.tmp / "save" / "crawl.jsonl").exists()
+
+
+async def test_an_absolute_crawl_log_path_is_used_as_it_is(make_web):
+    tw = await make_web(mixed_web())
+    path = tw.tmp / "logs" / "mine.jsonl"
+    await tw.crawl(f"crawlLog {path}\nstartUrl {tw.url('a.test')}\n")
+    assert len(lines(path)) == 7
+
+
+def chain_web(pages: int) -> list[Site]:
+    """One site of slowish pages, each linking to the next."""
+    site = {"/": html("/p0.html")}
+    for i in range(pages):
+        site[f"/p{i}.html"] = Page(html(f"/p{i + 1}.html").body if i + 1 < pages else "end",
+                                   delay=0.05)
+    return [Site("c.test", "127.0.0.2", site)]
+
+
+async def test_sighup_reopens_the_crawl_log_after_logrotate_moved_it(make_web):
+    tw = await make_web(chain_web(40))
+    conf = tw.tmp / "larbin.conf"
+    conf.write_text(tw.config_text(
+        f"exitAtEnd\ndepthInSite 100\npagesConnexions 1\nstartUrl {tw.url('c.test')}"))
+    log = tw.tmp / "save" / "crawl.jsonl"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "larbinpy", "-c", str(conf), "-q", cwd=tw.tmp,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    await until(lambda: log.exists() and len(lines(log)) >= 5, "5 lines in the crawl log")
+    rotated = log.rename(log.with_suffix(".1"))  # what logrotate does
+    proc.send_signal(signal.SIGHUP)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    old, new = lines(rotated), lines(log)
+    assert old and new
+    urls = [line["url"] for line in old + new]
+    assert sorted(urls) == sorted(set(tw.pages_fetched())) and len(urls) == 41
+
+
+def test_a_failed_write_leaves_whole_lines_and_is_counted(tmp_path: Path) -> None:
+    """A full disk (/dev/full) loses lines, counted and logged, never the crawl."""
+    log = CrawlLog(Path("/dev/full"), tmp_path / "done", resume=False)
+    log.record(Job("http://h.test/", 3), Outcome.success, 200, 10, 5, "text/html")
+    assert log.write_errors == 1
+    assert (tmp_path / "done").read_text() == "http://h.test/\n"  # the done-record still went
+    log.close()
+
+
+def test_the_done_record_is_kept_across_a_checkpoint_until_met(tmp_path: Path) -> None:
+    """After a restart, URLs finished before the crash stay recorded until their replayed
+    job is skipped; a checkpoint then drops them (it covers them)."""
+    done = tmp_path / "done"
+    first = CrawlLog(None, done, resume=False)
+    for url in ("http://h.test/a", "http://h.test/b"):
+        first.record(Job(url, 1), Outcome.success)
+    first.close()
+    second = CrawlLog(None, done, resume=True)
+    assert second.skip == {"http://h.test/a", "http://h.test/b"}
+    assert second.finished_before("http://h.test/a")
+    assert not second.finished_before("http://h.test/a")  # once: a later job is a new one
+    second.checkpointed(second.mark())
+    assert done.read_text() == "http://h.test/b\n"  # still to meet: kept for a second crash
+    second.record(Job("http://h.test/c", 1), Outcome.err40X)
+    second.close()
+    assert done.read_text() == "http://h.test/b\nhttp://h.test/c\n"
+
+
+def test_what_finishes_after_a_checkpoints_snapshot_stays_in_the_done_record(tmp_path: Path
+                                                                             ) -> None:
+    """The periodic checkpoint is written after its outputs are synced, later than its
+    snapshot: the jobs that finished in between are not in it, so their URLs stay recorded."""
+    done = tmp_path / "done"
+    log = CrawlLog(None, done, resume=False)
+    log.record(Job("http://h.test/before", 1), Outcome.success)
+    mark = log.mark()
+    log.record(Job("http://h.test/after", 1), Outcome.success)
+    log.flush()
+    log.checkpointed(mark)
+    assert done.read_text() == "http://h.test/after\n"
+    log.close()
