@@ -263,7 +263,7 @@ async def collect(stream: asyncio.StreamReader, into: list[str]) -> None:
 
 async def hold_connections(ports: list[int], count: int) -> list[asyncio.StreamWriter]:
     """Idle connections to the crawler's ports, each costing it a descriptor (each port keeps
-    at most Ports.MAX_CONNECTIONS open, so it takes both to run 128 descriptors out)."""
+    at most Ports.MAX_CONNECTIONS open, so it takes both to run 100 descriptors out)."""
     held = []
     for _ in range(count):
         for port in ports:
@@ -291,7 +291,7 @@ async def test_out_of_descriptors_the_crawl_waits_then_saves_every_page(make_web
     conf.write_text(tw.config_text(f"exitAtEnd\noutput save\ncheckpointInterval 0.2\n{seeds}")
                     .replace("inputPort 0", f"inputPort {port}")
                     .replace("httpPort 0", f"httpPort {status_port}"))
-    proc = await start(tw, conf, fds=128)
+    proc = await start(tw, conf, fds=100)
     err: list[str] = []
     reader = asyncio.ensure_future(collect(proc.stderr, err))
     await until(lambda: len(tw.pages_fetched()) > 20, "the crawl under way")
@@ -318,7 +318,7 @@ async def test_stopped_out_of_descriptors_a_restart_finishes_without_scratch(mak
     conf.write_text(tw.config_text(f"exitAtEnd\noutput save\ncheckpointInterval 0.2\n{seeds}")
                     .replace("inputPort 0", f"inputPort {port}")
                     .replace("httpPort 0", f"httpPort {status_port}"))
-    proc = await start(tw, conf, fds=128)
+    proc = await start(tw, conf, fds=100)
     err: list[str] = []
     reader = asyncio.ensure_future(collect(proc.stderr, err))
     await until(lambda: len(tw.pages_fetched()) > 20, "the crawl under way")

@@ -138,16 +138,26 @@ class CrawlLog:
     def checkpointed(self, mark: int) -> None:
         """The checkpoint of `mark` is durable: the done-record keeps only the skips still to
         meet and what finished after the mark (the checkpoint may have been written later,
-        after its outputs were synced, and does not cover those)."""
+        after its outputs were synced, and does not cover those).
+
+        The new record replaces the old by rename, so a kill at any moment leaves one whole
+        record: the old one (a superset) or the new one."""
         try:
             size = os.fstat(self._done_fd).st_size
             after = os.pread(self._done_fd, size - mark, mark) if size > mark else b""
-        except OSError:
-            return  # the record stays as it is: longer, never missing a URL
-        keep = "".join(u + "\n" for u in self.skip) + after.decode("utf-8", "surrogateescape")
-        os.ftruncate(self._done_fd, 0)
-        if keep:
-            self._write(self._done_fd, keep)
+            keep = "".join(u + "\n" for u in self.skip).encode("utf-8", "surrogateescape")
+            tmp = self.done_path.with_name(self.done_path.name + ".tmp")
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        except OSError as exc:  # the record stays as it is: longer, never missing a URL
+            log.warning("the done-record was not trimmed at this checkpoint: %s", exc)
+            return
+        self._done_fd, old = fd, self._done_fd
+        self._write(fd, (keep + after).decode("utf-8", "surrogateescape"))
+        os.close(old)
+        try:
+            os.replace(tmp, self.done_path)
+        except OSError as exc:  # the old record stands (a superset); appends go on in tmp
+            log.warning("the done-record was not trimmed at this checkpoint: %s", exc)
 
     def reopen(self) -> None:
         """SIGHUP: write what is gathered, then reopen the crawl log by name (logrotate)."""

@@ -131,7 +131,7 @@ class StateDir:
         for p in self.root.iterdir():
             if p.name in ("frontier", "spill") and p.is_dir():
                 shutil.rmtree(p)
-            elif p.name in ("meta.json", "done") or p.name.startswith(
+            elif p.name in ("meta.json", "done", "done.tmp") or p.name.startswith(
                     ("journal.", "checkpoint", "robots.")) or p.suffix == ".bitmap":
                 p.unlink()
 
