@@ -19,7 +19,7 @@ import itertools
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,7 +59,6 @@ log = logging.getLogger("larbinpy")
 URL_HARD_LIMIT = 64 * 1024
 CONTENT_BITS = 1 << 28  # noDup's digest bitmap (32 MiB)
 SEED_BATCH = 1000
-WAITING_SHOWN = 10  # robots.txt retries named on the status page
 
 
 class Crawler:
@@ -188,37 +187,17 @@ class Crawler:
 
     def figures(self) -> Figures:
         """Every figure of the status page, status.json and /metrics (walks the sites)."""
-        sites = self.sites.by_key.values()
-        now = asyncio.get_running_loop().time()
         return Figures(
             gauges=self.gauges(), site_states=self.sites.count_by_state(),
-            sites_parked=sum(1 for s in sites if s.timer is not None or s.waiting_ip),
+            sites_parked=self.sites.parked(),
             outputs=self.outputs.status(),
             cluster=self.cluster.status() if self.cluster is not None else None,
             version=self.version, tls_verify=self.cfg.tls_verify, proxy=self.cfg.proxy,
-            waiting_for=self._waiting_for(sites, now),
+            waiting_for=self.sites.waiting_for(asyncio.get_running_loop().time()),
             seen_set=None if self.cluster is not None else {
                 "kind": self.cfg.seen_set, "bitmap_fill": round(self.seen.fill(), 6),
                 "expected_loss": self.seen.expected_loss()},
         )
-
-    def _waiting_for(self, sites: Iterable[Site], now: float) -> tuple[str, ...]:
-        """When not idle: the robots.txt retries the crawl waits for (the soonest first,
-        at most WAITING_SHOWN), then how many sites are parked on a politeness timer."""
-        retrying = [s for s in sites if s.robots_failures and s.state is SiteState.ROBOTS
-                    and self.sites.has_work(s)]
-        retries = sorted((s.ready_at, s.key) for s in retrying)
-        wall = time.time() - now
-        shown = [f"robots.txt retry of {key} at "
-                 f"{time.strftime('%H:%M:%S', time.gmtime(wall + at))} UTC"
-                 for at, key in retries[:WAITING_SHOWN]]
-        if len(retries) > WAITING_SHOWN:
-            shown.append(f"{len(retries) - WAITING_SHOWN} more robots.txt retries")
-        parked = sum(1 for s in sites if s.timer is not None) - sum(
-            1 for s in retrying if s.timer is not None)
-        if parked > 0:
-            shown.append(f"{parked} sites parked on a politeness timer")
-        return tuple(shown)
 
     # --- run ---
 

@@ -22,6 +22,8 @@ from array import array
 from collections.abc import Iterable
 from pathlib import Path
 
+from larbinpy.frontier.state import fsync_dir
+
 BUCKET_BYTES = 2048
 SLOTS = BUCKET_BYTES // 8
 MIN_BUCKETS = 64
@@ -155,7 +157,7 @@ class FingerprintTable:
         os.close(self._fd)
         self._cache.clear()
         self._fd, self.buckets = fd, 2 * nb
-        _sync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def sync(self) -> None:
         """Make every stored fingerprint survive a power loss; note the count."""
@@ -176,12 +178,3 @@ def _rebuild(fps: list[int]) -> list[int]:
     for fp in fps:
         slots[_probe(slots, fp)[1]] = fp
     return slots
-
-
-def _sync_dir(path: Path) -> None:
-    """fsync a directory so a rename in it is durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -20,6 +20,7 @@ it was given first (the embedded crawl's `never_forward`, or `cluster.Cluster.fo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
@@ -28,6 +29,8 @@ from larbinpy.frontier.diskqueue import SiteSpill
 from larbinpy.links.urls import host_of, site_key
 from larbinpy.records import IpSlot, Job, Site, SiteState
 from larbinpy.stats import Outcome, Stats
+
+WAITING_SHOWN = 10  # robots.txt retries named on the status page
 
 SITE_WINDOW = 128  # jobs of one site kept in memory
 MEMORY_JOBS = 200_000  # jobs of all sites kept in memory
@@ -219,3 +222,27 @@ class Sites:
         for site in self.by_key.values():
             counts[site.state.value] += 1
         return counts
+
+    def parked(self) -> int:
+        """Sites waiting on a politeness timer or on their IP's turn (for the status page)."""
+        return sum(1 for s in self.by_key.values() if s.timer is not None or s.waiting_ip)
+
+    def waiting_for(self, now: float) -> tuple[str, ...]:
+        """What the crawl waits for, in words (status page, when not idle): the robots.txt
+        retries, the soonest first and at most WAITING_SHOWN, then how many sites are parked
+        on a politeness timer. `now` is the loop's clock, the sites' `ready_at`'s."""
+        sites = self.by_key.values()
+        retrying = [s for s in sites if s.robots_failures and s.state is SiteState.ROBOTS
+                    and self.has_work(s)]
+        retries = sorted((s.ready_at, s.key) for s in retrying)
+        wall = time.time() - now
+        shown = [f"robots.txt retry of {key} at "
+                 f"{time.strftime('%H:%M:%S', time.gmtime(wall + at))} UTC"
+                 for at, key in retries[:WAITING_SHOWN]]
+        if len(retries) > WAITING_SHOWN:
+            shown.append(f"{len(retries) - WAITING_SHOWN} more robots.txt retries")
+        parked = sum(1 for s in sites if s.timer is not None) - sum(
+            1 for s in retrying if s.timer is not None)
+        if parked > 0:
+            shown.append(f"{parked} sites parked on a politeness timer")
+        return tuple(shown)
