@@ -144,6 +144,7 @@ class Crawler:
         self.sites.connect(on_new_site=self.dns.submit, on_job=self.opener.consider)
         self.progress = Progress(self, enabled=progress)
         self.resumed = 0  # URLs to fetch found in stateDir at start
+        self.finished_before = 0  # URLs the done-record says a killed run finished
         self.loading = 0  # seed sources still being read
         self.stop_requested = False
         self._changed = asyncio.Event()
@@ -237,9 +238,9 @@ class Crawler:
         """What an operator needs first in the log: the file, the state, the ports, outputs."""
         cfg = self.cfg
         log.info("config %s", Path(cfg.path).resolve())
-        if self.saved.fresh:
+        if self.saved.fresh and not self.resumed and not self.finished_before:
             log.info("stateDir %s: new crawl", Path(cfg.state_dir).resolve())
-        else:
+        else:  # a checkpoint, or (killed before the first one) FIFOs and a done-record
             log.info("stateDir %s: resumed, %d URLs to fetch", Path(cfg.state_dir).resolve(),
                      self.resumed)
         host = f"[{cfg.http_host}]" if ":" in cfg.http_host else cfg.http_host
@@ -255,7 +256,7 @@ class Crawler:
 
     def _resume(self) -> None:
         """Put back what the last checkpoint held in memory, and restart spilled sites."""
-        finished = len(self.crawl_log.skip)
+        finished = self.finished_before = len(self.crawl_log.skip)
         jobs = [j for j in self.saved.jobs if not self.crawl_log.finished_before(j.url)]
         waiting = len(self.frontier) + len(self.spill) + len(jobs)
         self.resumed = waiting  # for the start-up log line

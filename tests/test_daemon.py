@@ -148,6 +148,29 @@ async def test_the_log_says_config_state_ports_and_outputs_at_start(make_web):
     assert f"stateDir {tw.tmp / 'state'}: resumed, 2 URLs to fetch" in again
 
 
+async def test_a_restart_after_kill_9_before_any_checkpoint_says_resumed(make_web):
+    """Killed before its first checkpoint, the crawl left FIFOs and a done-record: the next
+    start resumes them and says so (not "new crawl")."""
+    tw = await make_web(web())
+    log = tw.tmp / "larbinpy.log"
+    extra = f"logFile {log}\noutput links\nrobots off\nwaitDuration 30\ncheckpointInterval 3600\n"
+    proc, port = await start_daemon(tw, extra)
+    try:
+        await asyncio.to_thread(submit, port, tw.url("d.test"))
+        await until(lambda: json.loads(get(port, "/status.json"))["pages"] >= 1, "a page")
+    finally:
+        proc.kill()
+        await proc.wait()
+    first = log.read_text()
+    assert f"stateDir {tw.tmp / 'state'}: new crawl" in first
+    proc, port = await start_daemon(tw, extra)
+    proc.send_signal(signal.SIGTERM)
+    await asyncio.wait_for(proc.communicate(), 30)
+    again = log.read_text()[len(first):]
+    assert "new crawl" not in again
+    assert f"stateDir {tw.tmp / 'state'}: resumed" in again
+
+
 async def test_without_a_terminal_progress_goes_to_the_log(make_web, monkeypatch, caplog):
     monkeypatch.setattr(Progress, "LOG_EVERY", 0.5)
     caplog.set_level(logging.INFO, logger="larbinpy.progress")
