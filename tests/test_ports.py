@@ -93,7 +93,8 @@ async def test_status_page_json_and_metrics_show_the_figures(make_web):
         async with client.get(status_url + "/") as r:
             page = await r.text()
         assert r.status == 200 and "pages fetched" in page and 'http-equiv="refresh"' in page
-        assert "forbiddenRobots" in page
+        assert "<th>success</th><td>3</td>" in page
+        assert "<th>forbiddenRobots</th>" not in page  # kinds at zero are not listed
         async with client.get(status_url + "/metrics") as r:
             metrics = {m.name: m for m in text_string_to_metric_families(await r.text())}
         outcomes = {s.labels["kind"]: s.value for s in metrics["larbinpy_fetch_outcomes"].samples}
@@ -113,6 +114,7 @@ async def test_status_page_json_and_metrics_show_the_figures(make_web):
         assert status["idle"] is True and status["stopping"] is False
         assert status["cluster"] is None and status["proxy"] is None
         assert status["outcomes"]["success"] == 3 and status["errors"] == 0
+        assert status["recent_failures"] == []
 
 
 STATUS_FIELDS = [
@@ -120,14 +122,15 @@ STATUS_FIELDS = [
     "queued_per_priority", "queued_in_sites", "sites", "connections_open", "dns_queries",
     "robots_fetches", "robots_refusals", "links_dropped", "output_errors", "resource_waits",
     "outputs", "outcomes", "errors", "history", "tls_verify", "proxy", "idle", "cluster",
-    "stopping", "waiting_for", "seen_set",
+    "stopping", "waiting_for", "seen_set", "recent_failures",
 ]
 METRIC_FAMILIES = [
     "larbinpy_pages", "larbinpy_body_bytes", "larbinpy_urls_seen", "larbinpy_dns_queries",
     "larbinpy_robots_fetches", "larbinpy_fetch_outcomes", "larbinpy_queued_urls",
     "larbinpy_sites", "larbinpy_connections_open", "larbinpy_uptime_seconds",
     "larbinpy_tls_verify", "larbinpy_seen_bitmap_fill", "larbinpy_seen_expected_loss",
-    "larbinpy_idle",
+    "larbinpy_idle", "larbinpy_paused", "larbinpy_output_backlog", "larbinpy_output_errors",
+    "larbinpy_output_lost_pages", "larbinpy_links_dropped",
 ]
 
 
