@@ -7,6 +7,7 @@ import contextlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -29,11 +30,16 @@ def small_web() -> list[Site]:
 
 
 @contextlib.asynccontextmanager
-async def daemon(tw, extra: str = "", same_port: bool = False):
-    """A crawler without exitAtEnd, with its ports; stopped cleanly at the end."""
+async def daemon(tw, extra: str = "", same_port: bool = False, save_dir: Path | None = None,
+                 wait: float = 0):
+    """A crawler without exitAtEnd, with its ports (and `save_dir` for saveDir, `wait` for
+    waitDuration); stopped cleanly at the end."""
     http = free_port()
     inp = http if same_port else free_port()
     text = tw.config_text(extra).replace("httpPort 0\ninputPort 0\n", "")
+    text = text.replace("waitDuration 0\n", f"waitDuration {wait:g}\n")
+    if save_dir is not None:
+        text = text.replace(f"saveDir {tw.tmp}/save\n", f"saveDir {save_dir}\n")
     cfg = parse_config(text + f"\nhttpPort {http}\ninputPort {inp}\n")
     crawler = Crawler(cfg, scratch=True)
     task = asyncio.ensure_future(crawler.run())
