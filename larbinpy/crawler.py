@@ -27,7 +27,7 @@ from larbinpy import __version__
 from larbinpy.config import Config
 from larbinpy.daemon.ports import Ports
 from larbinpy.daemon.progress import Progress
-from larbinpy.daemon.status import Figures, Gauges
+from larbinpy.daemon.status import Figures, Gauges, RecentFailures
 from larbinpy.frontier.crawllog import CrawlLog
 from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
 from larbinpy.frontier.robotsdb import FileVerdicts, VerdictStore
@@ -128,6 +128,8 @@ class Crawler:
                              keep_raw=self.outputs.keep_raw, sites=self.sites,
                              crawl_log=self.crawl_log)
         self.crawl_log.before_flush = self.parser.flush  # a page's links and files go first
+        self.failures = RecentFailures()  # the status page's last failures
+        self.crawl_log.on_record = self.failures.note
         fetch_page: PageFetch = self.reader.fetch
         fetch_robots: RobotsFetch = self.robots.fetch
         if cluster is not None:  # the cluster calls back into the stages built on its seams
@@ -198,6 +200,7 @@ class Crawler:
             seen_set=None if self.cluster is not None else {
                 "kind": self.cfg.seen_set, "bitmap_fill": round(self.seen.fill(), 6),
                 "expected_loss": self.seen.expected_loss()},
+            failures=self.failures.lines(),
         )
 
     # --- run ---

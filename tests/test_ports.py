@@ -7,6 +7,7 @@ import contextlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -29,11 +30,16 @@ def small_web() -> list[Site]:
 
 
 @contextlib.asynccontextmanager
-async def daemon(tw, extra: str = "", same_port: bool = False):
-    """A crawler without exitAtEnd, with its ports; stopped cleanly at the end."""
+async def daemon(tw, extra: str = "", same_port: bool = False, save_dir: Path | None = None,
+                 wait: float = 0):
+    """A crawler without exitAtEnd, with its ports (and `save_dir` for saveDir, `wait` for
+    waitDuration); stopped cleanly at the end."""
     http = free_port()
     inp = http if same_port else free_port()
     text = tw.config_text(extra).replace("httpPort 0\ninputPort 0\n", "")
+    text = text.replace("waitDuration 0\n", f"waitDuration {wait:g}\n")
+    if save_dir is not None:
+        text = text.replace(f"saveDir {tw.tmp}/save\n", f"saveDir {save_dir}\n")
     cfg = parse_config(text + f"\nhttpPort {http}\ninputPort {inp}\n")
     crawler = Crawler(cfg, scratch=True)
     task = asyncio.ensure_future(crawler.run())
@@ -93,7 +99,8 @@ async def test_status_page_json_and_metrics_show_the_figures(make_web):
         async with client.get(status_url + "/") as r:
             page = await r.text()
         assert r.status == 200 and "pages fetched" in page and 'http-equiv="refresh"' in page
-        assert "forbiddenRobots" in page
+        assert "<th>success</th><td>3</td>" in page
+        assert "<th>forbiddenRobots</th>" not in page  # kinds at zero are not listed
         async with client.get(status_url + "/metrics") as r:
             metrics = {m.name: m for m in text_string_to_metric_families(await r.text())}
         outcomes = {s.labels["kind"]: s.value for s in metrics["larbinpy_fetch_outcomes"].samples}
@@ -113,6 +120,7 @@ async def test_status_page_json_and_metrics_show_the_figures(make_web):
         assert status["idle"] is True and status["stopping"] is False
         assert status["cluster"] is None and status["proxy"] is None
         assert status["outcomes"]["success"] == 3 and status["errors"] == 0
+        assert status["recent_failures"] == []
 
 
 STATUS_FIELDS = [
@@ -120,14 +128,15 @@ STATUS_FIELDS = [
     "queued_per_priority", "queued_in_sites", "sites", "connections_open", "dns_queries",
     "robots_fetches", "robots_refusals", "links_dropped", "output_errors", "resource_waits",
     "outputs", "outcomes", "errors", "history", "tls_verify", "proxy", "idle", "cluster",
-    "stopping", "waiting_for", "seen_set",
+    "stopping", "waiting_for", "seen_set", "recent_failures",
 ]
 METRIC_FAMILIES = [
     "larbinpy_pages", "larbinpy_body_bytes", "larbinpy_urls_seen", "larbinpy_dns_queries",
     "larbinpy_robots_fetches", "larbinpy_fetch_outcomes", "larbinpy_queued_urls",
     "larbinpy_sites", "larbinpy_connections_open", "larbinpy_uptime_seconds",
     "larbinpy_tls_verify", "larbinpy_seen_bitmap_fill", "larbinpy_seen_expected_loss",
-    "larbinpy_idle",
+    "larbinpy_idle", "larbinpy_paused", "larbinpy_output_backlog", "larbinpy_output_errors",
+    "larbinpy_output_lost_pages", "larbinpy_links_dropped",
 ]
 
 

@@ -22,6 +22,7 @@ import asyncio
 import hmac
 import ipaddress
 import json
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from larbinpy.config import Config
 from larbinpy.daemon.status import StatusSource, snapshot
 from larbinpy.daemon.statuspage import metrics_text, render_html
 from larbinpy.net.policy import NetworkPolicy
+
+log = logging.getLogger("larbinpy.ports")
 
 MAX_PRIORITY = 9  # each priority is a FIFO with its own files: keep their number small
 TAG_MIN, TAG_MAX = -(2**31), 2**31 - 1  # larbin's tags are C ints
@@ -284,6 +287,8 @@ class Ports:
             self._authorize(request)
             sub = await self._parse(request)
         except BadSubmission as exc:
+            log.info("submission from %s refused (%d): %s", request.remote, exc.status,
+                     exc.reason)
             response = web.json_response({"error": exc.reason}, status=exc.status,
                                          headers=exc.headers)
             if exc.status == 408:  # the rest of a late body may still come: not a request
@@ -292,6 +297,11 @@ class Ports:
         urls, refused = self._screen(sub.urls)
         result = self.submit_urls(urls, sub.priority, sub.depth, sub.force)
         self.changed()
+        rejected = len(refused) + len(result.rejected)
+        log.info("submission from %s: %d URLs accepted, %d rejected (priority %d, depth %s%s)",
+                 request.remote, result.accepted, rejected, sub.priority,
+                 "depthInSite" if sub.depth is None else sub.depth,
+                 ", force" if sub.force else "")
         return web.json_response(
             {"accepted": result.accepted,
              "rejected": [{"url": u, "reason": r} for u, r in refused + result.rejected]},

@@ -8,10 +8,18 @@ them plain readings (`Gauges`, `Figures`) through the `StatusSource` protocol, s
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from larbinpy.stats import Stats
+from larbinpy.records import Job
+from larbinpy.stats import FETCH_ERRORS, Outcome, Stats
+
+# the final outcomes the status page lists as failures: the fetch failures (`errors`) and the
+# refusals of a URL the crawl wanted that the operator may have to act on (robots.txt, the
+# network policy); rules the operator set (scope, depth, seen) are not failures
+FAILURE_KINDS = FETCH_ERRORS | {Outcome.forbiddenRobots, Outcome.deniedNetwork}
+FAILURES_KEPT = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +53,25 @@ class Figures:
     # the local seen-set: {"kind": "exact"|"bitmap", "bitmap_fill": fraction of the bits set,
     # "expected_loss": new URLs expected dropped so far by collisions}; None in a cluster
     seen_set: dict[str, Any] | None = None
+    # the last FAILURES_KEPT failures, oldest first (RecentFailures.lines)
+    failures: tuple[dict[str, Any], ...] = ()
+
+
+class RecentFailures:
+    """A ring of the last failures the crawl log recorded (`CrawlLog.on_record` feeds it)."""
+
+    def __init__(self, keep: int = FAILURES_KEPT) -> None:
+        self._ring: deque[dict[str, Any]] = deque(maxlen=keep)
+
+    def note(self, job: Job, kind: Outcome, status: int | None) -> None:
+        """One final outcome: kept when it is one of FAILURE_KINDS."""
+        if kind in FAILURE_KINDS:
+            self._ring.append({"t": round(time.time(), 3), "url": job.url,
+                               "kind": kind.value, "status": status})
+
+    def lines(self) -> tuple[dict[str, Any], ...]:
+        """The failures kept, oldest first: wall-clock time `t`, `url`, `kind`, `status`."""
+        return tuple(self._ring)
 
 
 class StatusSource(Protocol):
@@ -107,4 +134,6 @@ def snapshot(source: StatusSource) -> dict[str, Any]:
         # when not idle: robots.txt retries (site, time) and timers the crawl waits for
         "waiting_for": [] if g.idle else list(f.waiting_for),
         "seen_set": f.seen_set,
+        # the last failures (FAILURE_KINDS), newest first: t (Unix time), url, kind, status
+        "recent_failures": list(reversed(f.failures)),
     }

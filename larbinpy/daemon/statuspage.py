@@ -7,6 +7,8 @@ the crawl down.
 from __future__ import annotations
 
 import html
+import math
+import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -16,27 +18,79 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from larbinpy.daemon.progress import human_bytes
 
 REFRESH_SECONDS = 5
+# outcome kinds of a link or URL refused before it is queued (links_dropped in /metrics)
+DROP_KINDS = ("trap", "outOfScope", "tooDeep", "urlDup")
+# the chart: its size and the room kept around the plot for the axes' labels
+CHART_WIDTH, CHART_HEIGHT = 640, 200
+_LEFT, _RIGHT, _TOP, _BOTTOM = 52, 16, 10, 38
+_TIME_STEPS = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)  # x ticks, seconds apart
+_TICKS_AT_MOST = 6
 
 
-def _chart(history: list[dict[str, Any]], width: int = 600, height: int = 120) -> str:
-    """An inline SVG of pages/s over the recorded history (no external resources)."""
-    rates = [
-        max(0.0, (b["pages"] - a["pages"]) / max(b["t"] - a["t"], 1e-9))
-        for a, b in zip(history, history[1:], strict=False)
-    ]
+def _nice(x: float) -> float:
+    """The smallest 1, 2 or 5 times a power of ten at or above `x` > 0 (a tick step)."""
+    power = 10.0 ** math.floor(math.log10(x))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= x * (1 - 1e-9))
+
+
+def _ago(seconds: float) -> str:
+    """An x tick's label: "now", "30 s", "2 min"."""
+    if seconds == 0:
+        return "now"
+    return f"{seconds // 60:.0f} min" if seconds % 60 == 0 else f"{seconds:.0f} s"
+
+
+def _rates(history: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(seconds before the last sample, pages/s) between consecutive samples."""
+    if len(history) < 2:
+        return []
+    last = history[-1]["t"]
+    return [(last - b["t"], max(0.0, (b["pages"] - a["pages"]) / max(b["t"] - a["t"], 1e-9)))
+            for a, b in zip(history, history[1:], strict=False)]
+
+
+def _chart(history: list[dict[str, Any]]) -> str:
+    """An inline SVG of pages/s over the recorded history, with both axes labelled: pages/s
+    up, time ago (before the last sample) across. No external resources."""
+    rates = _rates(history)
     if not rates:
         return "<p>(throughput chart: waiting for data)</p>"
-    top = max(rates) or 1.0
-    step = width / max(len(rates) - 1, 1)
-    points = " ".join(
-        f"{i * step:.1f},{height - r / top * (height - 10):.1f}" for i, r in enumerate(rates)
-    )
+    span_seen = max(rates[0][0], 1.0)
+    x_step = next((t for t in _TIME_STEPS if span_seen / t <= _TICKS_AT_MOST), _TIME_STEPS[-1])
+    span = math.ceil(span_seen / x_step) * x_step
+    peak = max(r for _, r in rates)
+    y_step = _nice(max(peak, 1.0) / 4)
+    top = max(math.ceil(peak / y_step - 1e-9), 2) * y_step
+    w, h = CHART_WIDTH - _LEFT - _RIGHT, CHART_HEIGHT - _TOP - _BOTTOM
+
+    def x(ago: float) -> float:
+        return _LEFT + w * (1 - ago / span)
+
+    def y(rate: float) -> float:
+        return _TOP + h * (1 - rate / top)
+
+    parts = [f'<rect x="{_LEFT}" y="{_TOP}" width="{w}" height="{h}" fill="#f6f6f6"/>']
+    for i in range(round(top / y_step) + 1):
+        v = i * y_step
+        parts.append(f'<line x1="{_LEFT}" x2="{_LEFT + w}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
+                     f'stroke="#ddd"/><text x="{_LEFT - 4}" y="{y(v) + 4:.1f}" '
+                     f'text-anchor="end">{v:g}</text>')
+    for i in range(round(span / x_step) + 1):
+        ago = i * x_step
+        parts.append(f'<line x1="{x(ago):.1f}" x2="{x(ago):.1f}" y1="{_TOP + h}" '
+                     f'y2="{_TOP + h + 4}" stroke="#555"/><text x="{x(ago):.1f}" '
+                     f'y="{_TOP + h + 16}" text-anchor="middle">{_ago(ago)}</text>')
+    points = " ".join(f"{x(ago):.1f},{y(r):.1f}" for ago, r in rates)
     return (
-        f'<svg id="chart" width="{width}" height="{height}" role="img" '
-        f'aria-label="pages per second, last {len(rates)} seconds">'
-        f'<rect width="100%" height="100%" fill="#f6f6f6"/>'
+        f'<svg id="chart" width="{CHART_WIDTH}" height="{CHART_HEIGHT}" role="img" '
+        f'font-size="11" aria-label="pages per second over the last {span_seen:.0f} seconds">'
+        + "".join(parts)
+        + f'<path d="M{_LEFT},{_TOP}V{_TOP + h}H{_LEFT + w}" fill="none" stroke="#555"/>'
         f'<polyline fill="none" stroke="#2a6" stroke-width="2" points="{points}"/>'
-        f'<text x="4" y="12" font-size="11">{top:.0f} pages/s</text></svg>'
+        f'<text class="axis" transform="translate(12,{_TOP + h / 2:.0f}) rotate(-90)" '
+        f'text-anchor="middle">pages/s</text>'
+        f'<text class="axis" x="{_LEFT + w / 2:.0f}" y="{CHART_HEIGHT - 4}" '
+        f'text-anchor="middle">time ago</text></svg>'
     )
 
 
@@ -54,48 +108,88 @@ def _state(s: dict[str, Any]) -> str:
     return "idle" if s["idle"] else ("stopping" if s["stopping"] else "crawling")
 
 
+def _banner(s: dict[str, Any]) -> str:
+    """A banner at the top while fetching is paused (an output's storage refuses writes)."""
+    out = s["outputs"]
+    if not out["paused"]:
+        return ""
+    return (f'<div id="paused" role="alert"><strong>PAUSED</strong>: '
+            f'{html.escape(str(out["paused_reason"]))}<br>No new fetch starts until the '
+            f'output can write again ({out["backlog"]} pages waiting to be written).</div>')
+
+
+def _failures(lines: list[dict[str, Any]]) -> str:
+    """The last failures, newest first: time (UTC), outcome, HTTP status, URL."""
+    if not lines:
+        return '<p id="failures">None so far.</p>'
+    rows = "".join(
+        f'<tr><td>{time.strftime("%H:%M:%S", time.gmtime(f["t"]))}</td>'
+        f'<td>{html.escape(f["kind"])}</td><td>{"" if f["status"] is None else f["status"]}'
+        f'</td><td class="url">{html.escape(f["url"])}</td></tr>' for f in lines)
+    return ('<table id="failures"><tr><th>time (UTC)</th><th>outcome</th><th>HTTP</th>'
+            f"<th>URL</th></tr>{rows}</table>")
+
+
 def render_html(s: dict[str, Any]) -> str:
-    """larbin's status page, refreshing itself."""
+    """larbin's status page, refreshing itself: what needs an eye first (pause, state, rates,
+    what the crawl waits for, the last failures), then the details."""
     sites = s["sites"]
-    main = [
+    now = [
+        ("state", _state(s)),
         ("pages fetched", s["pages"]),
         ("pages/s (last 10 s / since start)",
          f'{s["pages_per_s"]["last_10s"]} / {s["pages_per_s"]["since_start"]}'),
+        ("errors (failed fetches)", s["errors"]),
+        ("URLs queued (FIFOs / sites)",
+         f'{sum(s["queued_per_priority"].values())} / {s["queued_in_sites"]}'),
+        *[("waiting for", w) for w in s.get("waiting_for", [])],
+    ]
+    main = [
         ("bytes/s (last 10 s / since start)",
          f'{human_bytes(s["bytes_per_s"]["last_10s"])} / '
          f'{human_bytes(s["bytes_per_s"]["since_start"])}'),
         ("bytes read", human_bytes(s["bytes"])),
         ("URLs seen", s["urls_seen"]),
         *_seen_rows(s.get("seen_set")),
-        ("URLs queued in sites", s["queued_in_sites"]),
-        ("sites known / waiting DNS / waiting robots / ready / parked / dead",
-         f'{sites["known"]} / {sites["waiting_dns"]} / {sites["waiting_robots"]} / '
-         f'{sites["ready"]} / {sites["parked"]} / {sites["dead"]}'),
+        ("sites known = waiting DNS + waiting robots + ready + parked + dead",
+         f'{sites["known"]} = {sites["waiting_dns"]} + {sites["waiting_robots"]} + '
+         f'{sites["ready"]} + {sites["parked"]} + {sites["dead"]}'),
         ("connections open", s["connections_open"]),
         ("DNS queries", s["dns_queries"]),
         ("robots.txt fetched / refusals", f'{s["robots_fetches"]} / {s["robots_refusals"]}'),
+        ("links dropped (over maxLinksPerPage)", s["links_dropped"]),
+        ("output errors / pages lost", f'{s["output_errors"]} / {s["outputs"]["lost"]}'),
         ("uptime", f'{s["uptime_s"]:.0f} s'),
         ("HTTPS certificates", "checked" if s.get("tls_verify", True)
          else "NOT CHECKED (tlsVerify off)"),
         ("proxy", s.get("proxy") or "none"),
-        ("state", _state(s)),
-        *[("waiting for", w) for w in s.get("waiting_for", [])],
     ]
     queues = [(f"priority {p}", n) for p, n in s["queued_per_priority"].items()] or [
         ("all priorities", 0)]
-    outcomes = [(k, v) for k, v in s["outcomes"].items()]
+    outcomes = [(k, v) for k, v in s["outcomes"].items() if v]
+    zero = len(s["outcomes"]) - len(outcomes)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><meta http-equiv="refresh" content="{REFRESH_SECONDS}">
 <title>larbinpy status</title>
 <style>body{{font-family:sans-serif;margin:1em 2em}}th{{text-align:left;padding-right:1em;
-font-weight:normal;color:#555}}td{{font-family:monospace}}table{{margin-bottom:1em}}</style>
-</head><body>
+font-weight:normal;color:#555}}td{{font-family:monospace;padding-right:1em}}
+table{{margin-bottom:1em}}td.url{{word-break:break-all}}
+#paused{{background:#c22;color:#fff;padding:.6em 1em;font-size:1.2em;margin-bottom:1em}}
+</style></head><body>
 <h1>larbinpy {html.escape(s["version"])}</h1>
+{_banner(s)}<table id="now">{_rows(now)}</table>
 {_chart(s["history"])}
+<h2>Last failures</h2>
+<p>Fetch failures (the kinds counted in errors) and URLs refused by robots.txt or
+allowNetworks, newest first; the crawl log has every URL.</p>
+{_failures(s.get("recent_failures", []))}
 <h2>Crawl</h2><table id="crawl">{_rows(main)}</table>
+<p>Each site is counted in exactly one state: parked sites are ready sites waiting on a
+politeness timer or their IP's turn.</p>
 {_cluster_html(s.get("cluster"))}
 <h2>Queued per priority</h2><table id="queues">{_rows(queues)}</table>
 <h2>Fetch outcomes</h2><table id="outcomes">{_rows(outcomes)}</table>
+<p>{zero} kinds at zero not shown.</p>
 <p>Also: <a href="/status.json">status.json</a>, <a href="/metrics">metrics</a>.</p>
 </body></html>
 """
@@ -152,6 +246,27 @@ class _Snapshot:
                 value=seen["expected_loss"])
         yield GaugeMetricFamily("larbinpy_idle", "1 when nothing is queued or in flight",
                                 value=1 if s["idle"] else 0)
+        yield GaugeMetricFamily(
+            "larbinpy_paused", "1 while fetching is paused: an output's storage refuses writes",
+            value=1 if s["outputs"]["paused"] else 0)
+        yield GaugeMetricFamily("larbinpy_output_backlog",
+                                "Pages waiting for an output's storage while paused",
+                                value=s["outputs"]["backlog"])
+        yield _counter("larbinpy_output_errors",
+                       "Output failures: a page an output could not store, a failed userOutput "
+                       "hook call", s["output_errors"])
+        yield _counter("larbinpy_output_lost_pages",
+                       "Pages an output never stored (dropped on error or still refused at exit)",
+                       s["outputs"]["lost"])
+        dropped = CounterMetricFamily(
+            "larbinpy_links_dropped",
+            "Links dropped unread over maxLinksPerPage, and links or URLs a rule kept from "
+            "the crawl, by the rule's outcome kind (the larbinpy_fetch_outcomes count)",
+            labels=["reason"])
+        dropped.add_metric(["maxLinksPerPage"], s["links_dropped"])
+        for kind in DROP_KINDS:
+            dropped.add_metric([kind], s["outcomes"][kind])
+        yield dropped
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:

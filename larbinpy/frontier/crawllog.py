@@ -61,6 +61,9 @@ class CrawlLog:
         # this turn (the parser's held pages: links to the FIFOs, pages to the outputs) must
         # be out first, or a kill between the two would lose it
         self.before_flush: Callable[[], None] | None = None
+        # told every final outcome (job, kind, HTTP status), crawlLog set or not: the status
+        # page's last failures (daemon.status.RecentFailures); must be cheap and not raise
+        self.on_record: Callable[[Job, Outcome, int | None], None] | None = None
 
     @property
     def pending(self) -> bool:
@@ -80,6 +83,8 @@ class CrawlLog:
         """The final outcome of one job (written at the end of this loop turn)."""
         if self.skip and self.finished_before(job.url):
             return  # its line was written before the crash (a replayed job dropped again)
+        if self.on_record is not None:
+            self.on_record(job, kind, status)
         if self._log_fd >= 0:
             self._lines.append(_encode({
                 "t": round(time.time(), 3), "url": job.url, "kind": kind.value,

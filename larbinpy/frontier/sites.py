@@ -217,20 +217,25 @@ class Sites:
             yield from site.queue
 
     def count_by_state(self) -> dict[str, int]:
-        """How many sites are in each state (for the status page)."""
+        """How many sites are in each state (for the status page). A ready site that is
+        `parked()` is counted there, not under "ready": each site is in exactly one figure of
+        the two, and the states with `parked()` add up to the sites known."""
         counts = {s.value: 0 for s in SiteState}
         for site in self.by_key.values():
             counts[site.state.value] += 1
+        counts[SiteState.READY.value] -= self.parked()
         return counts
 
     def parked(self) -> int:
-        """Sites waiting on a politeness timer or on their IP's turn (for the status page)."""
-        return sum(1 for s in self.by_key.values() if s.timer is not None or s.waiting_ip)
+        """Ready sites waiting on a politeness timer or on their IP's turn (for the status
+        page). A site waiting for robots.txt is counted under that state, timer or not."""
+        return sum(1 for s in self.by_key.values()
+                   if s.state is SiteState.READY and (s.timer is not None or s.waiting_ip))
 
     def waiting_for(self, now: float) -> tuple[str, ...]:
         """What the crawl waits for, in words (status page, when not idle): the robots.txt
-        retries, the soonest first and at most WAITING_SHOWN, then how many sites are parked
-        on a politeness timer. `now` is the loop's clock, the sites' `ready_at`'s."""
+        retries, the soonest first and at most WAITING_SHOWN, then how many sites are
+        `parked()`. `now` is the loop's clock, the sites' `ready_at`'s."""
         sites = self.by_key.values()
         retrying = [s for s in sites if s.robots_failures and s.state is SiteState.ROBOTS
                     and self.has_work(s)]
@@ -241,8 +246,6 @@ class Sites:
                  for at, key in retries[:WAITING_SHOWN]]
         if len(retries) > WAITING_SHOWN:
             shown.append(f"{len(retries) - WAITING_SHOWN} more robots.txt retries")
-        parked = sum(1 for s in sites if s.timer is not None) - sum(
-            1 for s in retrying if s.timer is not None)
-        if parked > 0:
-            shown.append(f"{parked} sites parked on a politeness timer")
+        if (parked := self.parked()) > 0:  # the status page's "parked" figure
+            shown.append(f"{parked} sites parked on a politeness timer or their IP's turn")
         return tuple(shown)
