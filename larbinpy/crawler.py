@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from larbinpy import __version__
 from larbinpy.config import Config
-from larbinpy.daemon.ports import Ports
 from larbinpy.daemon.progress import Progress
 from larbinpy.daemon.status import Figures, Gauges, RecentFailures
 from larbinpy.frontier.crawllog import CrawlLog
@@ -35,7 +34,7 @@ from larbinpy.frontier.seen import BitmapSeenSet, open_seen_set
 from larbinpy.frontier.sites import Sites, never_forward
 from larbinpy.frontier.state import Position, StateDir
 from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
-from larbinpy.net.client import make_http1, make_session
+from larbinpy.net.client import LazySession, make_http1
 from larbinpy.net.policy import NetworkPolicy
 from larbinpy.outputs import Outputs
 from larbinpy.records import Job, Site, SiteState
@@ -51,6 +50,7 @@ from larbinpy.stats import Stats
 
 if TYPE_CHECKING:
     from larbinpy.cluster import Cluster
+    from larbinpy.daemon.ports import Ports
 
 log = logging.getLogger("larbinpy")
 
@@ -208,7 +208,7 @@ class Crawler:
     async def run(self) -> int:
         """Crawl until done (exitAtEnd) or stopped by a signal; return the exit code."""
         self._resume()
-        session = make_session(self.cfg, self.dns)
+        session = LazySession(self.cfg, self.dns)
         self.robots.session = self.reader.session = session
         self.robots.http1 = self.reader.http1 = make_http1(self.cfg, self.dns)
         tasks = [*self.dns.start(), *self.opener.start(),
@@ -216,17 +216,19 @@ class Crawler:
                  asyncio.ensure_future(self._tick()),
                  asyncio.ensure_future(self._checkpoints())]
         self._install_signals()
-        ports = Ports(self.cfg, self, self.input.submit, self.changed, self.normalizer.normalize)
+        ports = self._ports()
         try:
             if self.cluster is not None:
                 await self.cluster.start()
-            await ports.start()
+            if ports is not None:
+                await ports.start()
             self._log_start()
             await self._load_seeds()
             await self._wait_until_done()
             await self._stop(tasks)
         finally:
-            await ports.stop()
+            if ports is not None:
+                await ports.stop()
             await session.close()
             if self.reader.http1 is not None:
                 self.reader.http1.close()
@@ -236,6 +238,14 @@ class Crawler:
             self._close()
         self.progress.summary()
         return 0
+
+    def _ports(self) -> Ports | None:
+        """The HTTP ports; None when both are off (then aiohttp.web is never imported)."""
+        if not (self.cfg.http_port or self.cfg.input_port):
+            return None
+        from larbinpy.daemon.ports import Ports
+
+        return Ports(self.cfg, self, self.input.submit, self.changed, self.normalizer.normalize)
 
     def _log_start(self) -> None:
         """What an operator needs first in the log: the file, the state, the ports, outputs."""

@@ -452,13 +452,16 @@ class TrapLookup:
 
 async def test_aiohttp_path_counts_chunk_framing_against_the_budget(tmp_path: Path):
     from larbinpy.config import parse_config
-    from larbinpy.net.client import make_session
+    from larbinpy.net.aio import make_session
+    from larbinpy.net.client import keepalive_seconds, request_headers
 
     server = h.HostileServer([h.HostileSite("ext.trap", "127.0.4.5", h.chunk_extension()),
                               h.HostileSite("zeros.trap", "127.0.4.5", h.chunk_size_zeros())])
     await server.start()
     cfg = parse_config(f"stateDir {tmp_path}/state\ntimeoutRead 30\ntimeoutTotal 30\n")
-    session = make_session(cfg, TrapLookup("127.0.4.5"))  # HTTPS and proxies go this way
+    # HTTPS and proxies go this way
+    session = make_session(cfg, TrapLookup("127.0.4.5"), request_headers(cfg),
+                           keepalive_seconds(cfg))
     try:
         for name in ("ext", "zeros"):
             with pytest.raises(BodyError) as err:

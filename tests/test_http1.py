@@ -17,10 +17,9 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
-from aiohttp import HttpVersion
 from conftest import free_port, until
 
-from larbinpy.net.http1 import FetchError, Http1Client, Response, split_http_url
+from larbinpy.net.http1 import FetchError, Http1Client, HttpVersion, Response, split_http_url
 
 MiB = 1024 * 1024
 HOST = "site.test"

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import html
+from conftest import free_port, html
 from packaging.requirements import Requirement
 
 from larbinpy.demo import Site
@@ -158,3 +158,20 @@ async def test_a_plain_pip_install_crawls_with_every_output(make_web, tmp_path: 
     assert code == 1 and "pip install 'larbinpy[bench]'" in out and "Traceback" not in out
     code, out = await run(py, "-m", "larbinpy.demo.demoweb", "--serve-only", timeout=60)
     assert code == 1 and "pip install 'larbinpy[demo]'" in out and "Traceback" not in out
+
+
+async def test_a_plain_http_crawl_without_ports_never_imports_aiohttp(make_web, tmp_path):
+    """aiohttp is about half of the start-up's CPU: a crawl that needs neither HTTPS, a proxy
+    nor a port does not load it (it still crawls); with a port open, it does."""
+    tw = await make_web([Site("a.test", "127.0.0.2", {"/": html("/x.html"), "/x.html": html()})])
+    conf = tmp_path / "larbin.conf"
+    script = ("import sys; from larbinpy.cli import main; code = main(['-q', '-c', sys.argv[1], "
+              "'--scratch']); print(code, 'aiohttp' in sys.modules)")
+    for ports, loaded in (("", False), ("httpPort 0\ninputPort 1\n", True)):
+        conf.write_text(tw.config_text(f"exitAtEnd\nstartUrl {tw.url('a.test')}\n") + ports)
+        if ports:  # a free port for the input port
+            conf.write_text(conf.read_text().replace("inputPort 1", f"inputPort {free_port()}"))
+        code, out = await run(sys.executable, "-c", script, conf, timeout=120)
+        assert code == 0, out
+        assert out.split()[-2:] == ["0", str(loaded)], out
+    assert set(tw.pages_fetched()) == {tw.url("a.test"), tw.url("a.test", "/x.html")}

@@ -64,9 +64,18 @@ _FORBIDDEN_DOMAIN = frozenset(
     [chr(i) for i in range(0x21)] + list("#%/:<>?@[\\]^|\x7f")
 )
 
+
+def _ascii_class(chars: str, negate: bool = False) -> str:
+    """A regex class of these ASCII characters (or of every other character). Written out,
+    not as the complement of a range up to U+10FFFF: `re` compiles that slowly (a map of every
+    code point), at every start of the crawler."""
+    escaped = "".join(re.escape(c) if c in "\\]^-[" else c for c in chars)
+    return f"[{'^' if negate else ''}{escaped}]"
+
+
 # Characters that pass through the browser parser and our canonicalization unchanged.
-_P = r"[^\x00-\x20\"#<>?`{}%\\\x7f-\U0010ffff]"
-_Q = r"[^\x00-\x20\"#<>'%\\\x7f-\U0010ffff]"
+_P = _ascii_class(_PATH_SAFE.replace("%", "").replace("\\", ""))
+_Q = _ascii_class(_QUERY_SAFE.replace("%", "").replace("\\", ""))
 _TAIL = r"((?:\?" + _Q + r"*)?)(?:#.*)?\Z"
 _FAST_ABS = re.compile(
     r"(https?://[a-z0-9_-]+(?:\.[a-z0-9_-]+)*\.?)(?::(0*[1-9][0-9]{0,4}))?((?:/" + _P + r"*)?)"
@@ -74,10 +83,11 @@ _FAST_ABS = re.compile(
     re.S,
 )
 _FAST_ROOT = re.compile(r"(/(?!/)" + _P + r"*)" + _TAIL, re.S)
-_FAST_REL = re.compile(r"([^\x00-\x20\"#<>?`{}%\\/.\x7f-\U0010ffff]" + _P + r"*)" + _TAIL, re.S)
+_REL_FIRST = _ascii_class("".join(c for c in _PATH_SAFE if c not in "%\\/."))
+_FAST_REL = re.compile("(" + _REL_FIRST + _P + "*)" + _TAIL, re.S)
 _FAST_QUERY = re.compile(r"(\?" + _Q + r"*)(?:#.*)?\Z", re.S)
-_PATH_UNSAFE = re.compile(r"[\x00-\x20\"#<>?`{}\x7f-\U0010ffff]")
-_QUERY_UNSAFE = re.compile(r"[\x00-\x20\"#<>'\x7f-\U0010ffff]")
+_PATH_UNSAFE = re.compile(_ascii_class(_PATH_SAFE, negate=True))
+_QUERY_UNSAFE = re.compile(_ascii_class(_QUERY_SAFE, negate=True))
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _PCT = re.compile(r"%[0-9A-Fa-f]{2}")

@@ -10,23 +10,20 @@ Every byte counts, not only content: a response of our own HTTP/1.1 client (`htt
 is told the limits (`limit_reading`) and counts every byte of the response against them, head
 and chunk framing too, measuring `minRate` on them from the request on, even while no content
 arrives; aiohttp's connections (HTTPS, proxies) count a body's bytes on the wire the same way
-(`CountingHandler`), framing included.
+(`aio.CountingHandler`), framing included.
 """
 
 from __future__ import annotations
 
-import asyncio
 import codecs
 import re
 import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
-import aiohttp
 import brotli
-from aiohttp.client_proto import ResponseHandler
 
 from larbinpy.stats import Outcome
 
@@ -66,37 +63,6 @@ class Body:
     data: bytes
     raw: bytes | None
     wire_bytes: int
-
-
-class CountingHandler(ResponseHandler):
-    """aiohttp's connection protocol, also counting the bytes a body takes on the wire.
-
-    aiohttp's parser skips chunk extensions and leading zeros of chunk sizes without a limit,
-    and its read timeout restarts on every byte: a server sending them for ever would be read
-    until the total timeout. `read_body` gives the connection a budget; bytes beyond it close
-    the connection before they are parsed, and `read_body` counts the broken body as tooBig.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(loop)
-        self.budget: int | None = None
-        self.received = 0
-        self.over_budget = False
-
-    def limit_reading(self, budget: int) -> None:
-        """From now on, at most `budget` more bytes for the response being read."""
-        self.budget, self.received = budget, 0
-
-    def data_received(self, data: bytes) -> None:
-        """Count, then parse (or refuse: over the budget)."""
-        if self.budget is not None:
-            self.received += len(data)
-            if self.received > self.budget or self.over_budget:
-                self.over_budget = True
-                if self.transport is not None:
-                    self.transport.close()
-                return
-        super().data_received(data)
 
 
 def _inflater(encoding: str) -> Callable[[bytes, int], bytes] | None:
@@ -150,7 +116,7 @@ class _BrotliInflater:
 
 
 async def read_body(
-    resp: aiohttp.ClientResponse,
+    resp: Any,  # an aiohttp.ClientResponse or an http1.Response
     limit: int,
     *,
     keep_raw: bool = False,
@@ -168,13 +134,15 @@ async def read_body(
         limit_reading(limit, min_rate, MIN_RATE_GRACE, truncate)
         min_rate = 0.0
     else:  # aiohttp's: its connection counts the body's bytes, if it is a CountingHandler
+        from larbinpy.net import aio  # loaded already: this response is aiohttp's
+
         protocol = getattr(getattr(resp, "connection", None), "protocol", None)
-        if isinstance(protocol, CountingHandler):
+        if isinstance(protocol, aio.CountingHandler):
             protocol.limit_reading(limit + FRAMING_ALLOWANCE)
             got = _Got()
             try:
                 await _read(resp, got, limit, inflate, keep_raw, limiter, min_rate, truncate)
-            except aiohttp.ClientPayloadError:
+            except aio.PayloadError:
                 if not protocol.over_budget:
                     raise
                 if not truncate:  # we cut it: the body was too big, not broken
@@ -203,7 +171,7 @@ class _Got:
 
 
 async def _read(
-    resp: aiohttp.ClientResponse,
+    resp: Any,  # an aiohttp.ClientResponse or an http1.Response
     got: _Got,
     limit: int,
     inflate: Callable[[bytes, int], bytes] | None,

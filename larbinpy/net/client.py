@@ -1,25 +1,19 @@
-"""The HTTP clients: one aiohttp session (HTTPS, proxies) and the plain-HTTP path.
+"""The HTTP clients: the plain-HTTP path and one aiohttp session (HTTPS, proxies).
 
-One `TCPConnector` for the whole crawl; the opener already limits connections, so the
-connector does not; DNS comes from the DNS stage's cache through `resolver.CrawlerResolver`.
-HTTPS certificates are checked against the system store plus `caFile` unless `tlsVerify off`.
-With `proxy host port` every request goes through that proxy (aiohttp sends plain HTTP in
-absolute form and tunnels HTTPS with CONNECT); cookies (`cookies`) are kept by `cookies.py`,
-per site and bounded, not by aiohttp's unbounded jar. Without a proxy, the reader sends
-plain `http://` pages through `http1.py` instead, which does only what a crawler needs.
+Without a proxy, the reader and the robots stage send plain `http://` requests through
+`http1.py`, which does only what a crawler needs; HTTPS and anything through a proxy go
+through aiohttp (`aio.py`), imported when the first such request is made (`LazySession`).
+Both resolve through `resolver.CrawlerResolver` (the DNS stage's cache) and send the same
+headers.
 """
 
 from __future__ import annotations
 
-import functools
-import ssl
 from typing import Any
 
-import aiohttp
-
 from larbinpy.config import Config
-from larbinpy.net.body import ACCEPT_ENCODING, CountingHandler
-from larbinpy.net.http1 import FetchError, Http1Client, patiently
+from larbinpy.net.body import ACCEPT_ENCODING
+from larbinpy.net.http1 import FetchError, Http1Client
 from larbinpy.net.policy import DeniedNetworkError
 from larbinpy.net.resolver import CrawlerResolver, HostLookup
 from larbinpy.stats import Outcome
@@ -31,28 +25,6 @@ def request_headers(cfg: Config) -> dict[str, str]:
     if cfg.from_:
         headers["From"] = cfg.from_
     return headers
-
-
-def ssl_context(cfg: Config) -> ssl.SSLContext | bool:
-    """Certificate checking as configured (`tlsVerify`, `caFile`)."""
-    if not cfg.tls_verify:
-        return False
-    if not cfg.ca_file:
-        # aiohttp's own verifying context, which aiohttp 3.10.6 and later build when imported:
-        # making one here would read the system's certificates from disk on the event loop
-        # (blocking disk I/O at each crawl's start)
-        return True
-    ctx = ssl.create_default_context()
-    ctx.load_verify_locations(cfg.ca_file)
-    return ctx
-
-
-def proxy_url(cfg: Config) -> str | None:
-    """The configured proxy as a URL (None without one)."""
-    if cfg.proxy is None:
-        return None
-    host, port = cfg.proxy
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def keepalive_seconds(cfg: Config) -> float:
@@ -83,38 +55,30 @@ def make_http1(cfg: Config, dns: HostLookup) -> Http1Client | None:
     )
 
 
-class PatientConnector(aiohttp.TCPConnector):
-    """aiohttp's connector, whose connects wait while local resources (descriptors) are short,
-    like the HTTP/1.1 client's (`http1.patiently`); the session's total timeout still bounds
-    the fetch."""
+class LazySession:
+    """The crawl's aiohttp session (`aio.make_session`), made at the first request that needs
+    it: a crawl of plain `http://` sites without a proxy never imports aiohttp."""
 
-    async def _wrap_create_connection(self, *args: Any, **kwargs: Any) -> Any:
-        connect = super()._wrap_create_connection
-        result, _ = await patiently(lambda _waited: connect(*args, **kwargs))
-        return result
+    def __init__(self, cfg: Config, dns: HostLookup) -> None:
+        self.cfg, self.dns = cfg, dns
+        self._session: Any = None
+        self._aio: Any = None  # the aio module, once imported
 
+    def get(self, url: Any, **kwargs: Any) -> Any:
+        """aiohttp's `ClientSession.get` (the request context manager)."""
+        if self._session is None:
+            from larbinpy.net import aio
 
-def make_session(cfg: Config, dns: HostLookup) -> aiohttp.ClientSession:
-    """The crawl's one client session."""
-    connector = PatientConnector(
-        limit=0,  # the opener enforces pagesConnexions and connectionsPerHost
-        resolver=CrawlerResolver(dns, cfg.proxy),
-        use_dns_cache=False,  # the DNS stage caches, honouring TTLs
-        ssl=ssl_context(cfg),
-        keepalive_timeout=keepalive_seconds(cfg),
-    )
-    timeout = aiohttp.ClientTimeout(
-        total=cfg.timeout_total, sock_connect=cfg.timeout_connect, sock_read=cfg.timeout_read
-    )
-    # every byte of a body counted, chunk framing too (body.CountingHandler; aiohttp has no
-    # public way to give a connector its protocol)
-    connector._factory = functools.partial(CountingHandler, loop=connector._loop)
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=timeout,
-        headers=request_headers(cfg),
-        cookie_jar=aiohttp.DummyCookieJar(),  # cookies.py keeps them when configured
-        auto_decompress=False,  # body.py decodes, under maxPageSize, keeping the raw bytes
-        skip_auto_headers=("User-Agent",),
-        proxy=proxy_url(cfg),
-    )
+            self._aio = aio
+            self._session = aio.make_session(self.cfg, self.dns, request_headers(self.cfg),
+                                             keepalive_seconds(self.cfg))
+        return self._session.get(url, **kwargs)
+
+    def failure_kind(self, exc: BaseException) -> Outcome | None:
+        """The outcome kind of an aiohttp failure; None if `exc` is not aiohttp's."""
+        return None if self._aio is None else self._aio.failure_kind(exc)
+
+    async def close(self) -> None:
+        """Close the session, if one was made."""
+        if self._session is not None:
+            await self._session.close()

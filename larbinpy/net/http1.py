@@ -27,10 +27,9 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import httptools
-from aiohttp import HttpVersion
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from larbinpy.stats import Outcome
@@ -82,6 +81,13 @@ RATE_CHECK_EVERY = 1.0  # seconds between minRate checks of a response being rea
 # (a long parse, a loaded machine), its timers run before the bytes that arrived meanwhile
 # are read, so the first look can miss them
 CONFIRM_AFTER = 0.05
+
+
+class HttpVersion(NamedTuple):
+    """A response's HTTP version, as aiohttp's `HttpVersion` (`resp.version`)."""
+
+    major: int
+    minor: int
 
 
 class FetchError(Exception):

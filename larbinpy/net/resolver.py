@@ -1,4 +1,4 @@
-"""The HTTP clients' resolver: aiohttp's `AbstractResolver` over the DNS stage's cache.
+"""The HTTP clients' resolver, over the DNS stage's cache (aiohttp's through `aio.AioResolver`).
 
 A fetch never makes a DNS query of its own: every host the clients connect to is looked up
 through `HostLookup` (the DNS stage: its TTL cache, shared in-flight queries and negative cache),
@@ -11,8 +11,6 @@ from __future__ import annotations
 import socket
 from collections.abc import Awaitable
 from typing import Any, Protocol
-
-from aiohttp.abc import AbstractResolver, ResolveResult
 
 from larbinpy.net.policy import DeniedNetworkError, NetworkPolicy
 
@@ -27,17 +25,16 @@ class HostLookup(Protocol):
         ...
 
 
-class CrawlerResolver(AbstractResolver):
-    """aiohttp's resolver, answered from the DNS stage's cache and the network policy."""
+class CrawlerResolver:
+    """Addresses answered from the DNS stage's cache and the network policy, as aiohttp's
+    `ResolveResult` dicts."""
 
     def __init__(self, dns: HostLookup, proxy: tuple[str, int] | None) -> None:
         self.dns = dns
         # the operator chose the proxy: it may live on a network the policy denies to URLs
         self.trusted = proxy[0].strip("[]").lower() if proxy else None
 
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
+    async def resolve(self, host: str, port: int = 0) -> list[dict[str, Any]]:
         """Allowed addresses of `host`; DeniedNetworkError or OSError otherwise."""
         # the stage gives each caller a future of its own: an aiohttp timeout cancelling this
         # await cancels only that future, never the query other fetches and sites wait on
@@ -51,12 +48,9 @@ class CrawlerResolver(AbstractResolver):
             raise DeniedNetworkError(f"{host} resolves to a denied network")
         return [_result(host, ip, port) for ip in allowed]
 
-    async def close(self) -> None:
-        """Nothing to release: the DNS stage owns the channel."""
 
-
-def _result(host: str, ip: str, port: int) -> Any:
-    """One aiohttp ResolveResult."""
+def _result(host: str, ip: str, port: int) -> dict[str, Any]:
+    """One address, as aiohttp's ResolveResult."""
     family = socket.AF_INET6 if ":" in ip else socket.AF_INET
     return {
         "hostname": host, "host": ip, "port": port, "family": family,

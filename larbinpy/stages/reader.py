@@ -23,10 +23,9 @@ import asyncio
 import re
 import ssl
 import time
+from typing import Any
 
-import aiohttp
 import xxhash
-from aiohttp.http_exceptions import TransferEncodingError
 from yarl import URL
 
 from larbinpy.config import Config
@@ -38,9 +37,9 @@ from larbinpy.links.sitemaps import MAX_BYTES as SITEMAP_MAX_BYTES
 from larbinpy.links.urls import Normalizer
 from larbinpy.net.backoff import BACK_OFF_STATUSES, BackOff
 from larbinpy.net.body import BodyError, read_body
+from larbinpy.net.client import LazySession
 from larbinpy.net.cookies import CookieJar
-from larbinpy.net.http1 import FetchError, Http1Client, Response, split_http_url
-from larbinpy.net.policy import DeniedNetworkError
+from larbinpy.net.http1 import FetchError, Http1Client, split_http_url
 from larbinpy.outputs import Outputs, page_from_response
 from larbinpy.records import Job, JobKind, Page, Site
 from larbinpy.stages.bandwidth import BandwidthLimiter
@@ -50,7 +49,7 @@ from larbinpy.stages.robots import Robots
 from larbinpy.stages.sitemaps import take_sitemap
 from larbinpy.stats import Outcome, Stats
 
-Answer = aiohttp.ClientResponse | Response  # both read alike (see http1.py)
+Answer = Any  # an aiohttp.ClientResponse or an http1.Response: both read alike (http1.py)
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.\-]*):")
 
 
@@ -79,7 +78,7 @@ class Reader:
         self.limiter = limiter
         self.contents = contents  # noDup: digests of bodies already seen
         self.keep_raw = keep_raw  # an archival output wants the bytes as received
-        self.session: aiohttp.ClientSession | None = None
+        self.session: LazySession | None = None
         self.http1: Http1Client | None = None  # plain http:// without a proxy (http1.py)
         # a job a site asked us to retry (429/503) goes back to its site's queue
         self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites.enqueue)
@@ -151,7 +150,7 @@ class Reader:
         except (BodyError, FetchError) as exc:
             return exc.kind
         except Exception as exc:  # noqa: BLE001 - every failure becomes one counted outcome
-            return failure_kind(exc)
+            return failure_kind(exc, self.session)
 
     async def _answered(self, site: Site, job: Job, resp: Answer, start: float) -> Outcome:
         """Keep the site's cookies, then route the response."""
@@ -266,31 +265,15 @@ def _path(url: str, key: str) -> str:
     return url[len(key):] or "/"
 
 
-def failure_kind(exc: BaseException) -> Outcome:
+def failure_kind(exc: BaseException, session: LazySession) -> Outcome:
     """The outcome kind of a failed fetch."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        os_error = exc.os_error
-        if isinstance(os_error, DeniedNetworkError):
-            return Outcome.deniedNetwork
-        if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
-            return Outcome.tlsError
-        if isinstance(exc, getattr(aiohttp, "ClientConnectorDNSError", ())):
-            return Outcome.noDNS
-        return Outcome.noConnection
+    kind = session.failure_kind(exc)  # aiohttp's errors (HTTPS, proxies), if it was used
+    if kind is not None:
+        return kind
     if isinstance(exc, asyncio.TimeoutError | TimeoutError):
         return Outcome.timeout
     if isinstance(exc, ssl.SSLError):
         return Outcome.tlsError
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        # bad chunking is malformed HTTP; a body shorter than announced, or reset, stopped early
-        bad_chunks = isinstance(exc.__cause__, TransferEncodingError)
-        return Outcome.badHttp if bad_chunks else Outcome.earlyStop
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return Outcome.earlyStop
-    if isinstance(exc, aiohttp.ClientResponseError):
-        # never raised for a status (no raise_for_status): the response did not parse (status
-        # line, a header line over 8 KiB, too many headers, a bad first chunk size)
-        return Outcome.badHttp
-    if isinstance(exc, aiohttp.ClientError | OSError | ValueError):
+    if isinstance(exc, OSError | ValueError):
         return Outcome.noConnection
     raise exc

@@ -38,7 +38,6 @@ import ssl
 import time
 from collections.abc import Callable
 
-import aiohttp
 from protego import Protego
 from yarl import URL
 
@@ -48,6 +47,7 @@ from larbinpy.frontier.sites import Sites
 from larbinpy.links.sitemaps import MAX_NESTING
 from larbinpy.net.backoff import retry_after
 from larbinpy.net.body import BodyError, read_body
+from larbinpy.net.client import LazySession
 from larbinpy.net.http1 import FetchError, Http1Client, split_http_url
 from larbinpy.net.policy import NetworkPolicy
 from larbinpy.outputs import page_from_response
@@ -135,7 +135,7 @@ class Robots:
         store: VerdictStore | None = None,
     ) -> None:
         self.cfg, self.stats, self.sites = cfg, stats, sites
-        self.session: aiohttp.ClientSession | None = None
+        self.session: LazySession | None = None
         # plain http:// without a proxy (http1.py): its keep-alive connection then serves the
         # site's first pages too
         self.http1: Http1Client | None = None
@@ -205,9 +205,14 @@ class Robots:
                 if target is None:
                     return status, data, wait
                 url = target
-        except (aiohttp.ClientSSLError, ssl.SSLError):
-            return TLS_FAILED, b"", None
-        except (TimeoutError, aiohttp.ClientError, OSError, ValueError, BodyError, FetchError):
+        except Exception as exc:  # noqa: BLE001 - a failure, unless it is a bug (re-raised)
+            assert self.session is not None
+            kind = self.session.failure_kind(exc)  # aiohttp's errors, if it was used
+            if kind is Outcome.tlsError or isinstance(exc, ssl.SSLError):
+                return TLS_FAILED, b"", None
+            if kind is None and not isinstance(
+                    exc, TimeoutError | OSError | ValueError | BodyError | FetchError):
+                raise
             return None, b"", None
         return 404, b"", None  # RFC 9309: too many redirects means "unavailable": allow all
 
