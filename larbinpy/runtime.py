@@ -1,5 +1,6 @@
-"""Process set-up shared by the daemon and the benchmark: logging, event loop, allocator,
-collector, and the check that an optional extra (`pip install 'larbinpy[EXTRA]'`) is there.
+"""Process set-up shared by the daemon and the benchmark: logging (text or JSON lines), event
+loop, allocator, collector, and the check that an optional extra (`pip install
+'larbinpy[EXTRA]'`) is there.
 
 Every stage runs on the one loop this module starts (uvloop when installed, else asyncio's own).
 Before it starts, glibc's allocator is told to keep some freed heap: lexbor builds a tree of about

@@ -106,3 +106,15 @@ def test_an_unknown_log_format_is_a_config_error(tmp_path: Path):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "larbin.conf:2: bad value for logFormat: expected one of text, json" in result.stderr
+
+
+def test_a_crash_is_a_json_line_too():
+    code = ("from larbinpy.runtime import setup_logging\n"
+            "setup_logging(0, None, 'json')\n"
+            "raise RuntimeError('the crawler crashed')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 1
+    (record,) = records(result.stderr)
+    assert record["level"] == "CRITICAL" and record["message"] == "uncaught exception"
+    assert record["exception"].endswith("RuntimeError: the crawler crashed")
