@@ -42,7 +42,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
         cfg.http_port = args.http_port
     if args.input_port is not None:
         cfg.input_port = args.input_port
-    setup_logging(args.verbose - args.quiet, cfg.log_file)
+    setup_logging(args.verbose - args.quiet, cfg.log_file, cfg.log_format)
     for warning in cfg.warnings:
         log.warning("%s", warning)
     from larbinpy.crawler import Crawler

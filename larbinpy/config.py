@@ -538,6 +538,11 @@ class Config:
         None, "logFile", "log to this file instead of stderr (reopened when rotated, and on "
         "SIGHUP)", syntax="path", default_doc="stderr",
     )
+    log_format: str = key(
+        "text", "logFormat", "log lines as text (`time LEVEL logger: message`) or as one JSON "
+        "object a line: `time` (UTC, ISO 8601), `level`, `logger`, `message`, and `exception` "
+        "(the traceback) when there is one", parse=choice("text", "json"),
+    )
     crawl_log: str | None = key(
         "crawl.jsonl", "crawlLog", "one JSON line for every URL admitted to the crawl, at its "
         "final outcome, fetched or not (refused and duplicate links are only counted); a "

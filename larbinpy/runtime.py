@@ -1,5 +1,6 @@
-"""Process set-up shared by the daemon and the benchmark: logging, event loop, allocator,
-collector, and the check that an optional extra (`pip install 'larbinpy[EXTRA]'`) is there.
+"""Process set-up shared by the daemon and the benchmark: logging (text or JSON lines), event
+loop, allocator, collector, and the check that an optional extra (`pip install
+'larbinpy[EXTRA]'`) is there.
 
 Every stage runs on the one loop this module starts (uvloop when installed, else asyncio's own).
 Before it starts, glibc's allocator is told to keep some freed heap: lexbor builds a tree of about
@@ -15,17 +16,20 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import datetime
 import gc
 import importlib.util
+import json
 import logging
 import logging.handlers
 import platform
 import sys
 from collections.abc import Coroutine
+from types import TracebackType
 from typing import Any
 
-__all__ = ["HEAP_PAD", "MMAP_THRESHOLD", "missing_extra", "run_loop", "setup_logging",
-           "tune_allocator", "tune_gc"]
+__all__ = ["HEAP_PAD", "MMAP_THRESHOLD", "JsonFormatter", "logs_are_json", "missing_extra",
+           "run_loop", "setup_logging", "tune_allocator", "tune_gc"]
 
 HEAP_PAD = 16 * 1024 * 1024
 MMAP_THRESHOLD = 1024 * 1024
@@ -33,18 +37,53 @@ _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # mallopt numbers
 _tuned = False
 
 
-def setup_logging(verbosity: int, log_file: str | None = None) -> None:
-    """Logs to stderr (or logFile): WARNING with -q, INFO by default, DEBUG with -v."""
+def setup_logging(verbosity: int, log_file: str | None = None, log_format: str = "text") -> None:
+    """Logs to stderr (or logFile): WARNING with -q, INFO by default, DEBUG with -v; as text
+    lines, or one JSON object a line with `log_format` json (logFormat)."""
     level = logging.DEBUG if verbosity > 0 else logging.INFO if verbosity == 0 else logging.WARNING
     handler: logging.Handler = (
         # WatchedFileHandler reopens the file when logrotate moved it; SIGHUP forces it too
         logging.handlers.WatchedFileHandler(log_file) if log_file
         else logging.StreamHandler(sys.stderr)
     )
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+        sys.excepthook = _log_uncaught  # a crash's traceback is a JSON line too
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+class JsonFormatter(logging.Formatter):
+    """`logFormat json`: a record as one JSON object on one line (json.dumps escapes newlines
+    and, ASCII-only, any character the stream could not encode)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """{"time", "level", "logger", "message"}, plus "exception" and "stack" when present."""
+        when = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+        entry = {
+            "time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(entry)
+
+
+def logs_are_json() -> bool:
+    """Whether setup_logging made every log line a JSON object (logFormat json)."""
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+
+
+def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    """sys.excepthook with JSON logs: the uncaught exception as a CRITICAL record."""
+    logging.getLogger("larbinpy").critical("uncaught exception", exc_info=(kind, exc, tb))
 
 
 def missing_extra(what: str, module: str, extra: str) -> str | None:

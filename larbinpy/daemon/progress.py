@@ -11,6 +11,7 @@ import sys
 import time
 
 from larbinpy.daemon.status import StatusSource
+from larbinpy.runtime import logs_are_json
 
 
 def human_bytes(n: float) -> str:
@@ -32,7 +33,7 @@ class Progress:
 
     def __init__(self, source: StatusSource, enabled: bool) -> None:
         self.source = source
-        terminal = sys.stderr.isatty()
+        terminal = sys.stderr.isatty() and not logs_are_json()  # JSON lines: no live line
         self.enabled = enabled and terminal
         self.logged = enabled and not terminal  # a log has no live line: a line now and then
         self.last_logged = time.monotonic()
@@ -64,9 +65,13 @@ class Progress:
             sys.stderr.write("\r\x1b[2K")
         elapsed = time.monotonic() - stats.started
         kinds = ", ".join(f"{k} {v}" for k, v in stats.outcomes.items() if v)
-        sys.stderr.write(
-            f"larbinpy: {'stopped' if g.stopping else 'done'} after {elapsed:.1f} s: "
+        text = (
+            f"{'stopped' if g.stopping else 'done'} after {elapsed:.1f} s: "
             f"{stats.pages} pages ({stats.pages / max(elapsed, 1e-9):.1f}/s), "
             f"{human_bytes(stats.bytes)}, {stats.urls_seen} URLs seen, "
-            f"{g.sites_known} sites; outcomes: {kinds or 'none'}\n"
+            f"{g.sites_known} sites; outcomes: {kinds or 'none'}"
         )
+        if logs_are_json():  # stderr and logFile carry JSON lines only
+            log.info("%s", text)
+        else:
+            sys.stderr.write(f"larbinpy: {text}\n")
