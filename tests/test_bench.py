@@ -84,13 +84,19 @@ def test_bench_serves_pages_of_the_size_and_links_asked_for() -> None:
 
 
 def test_micro_measures_the_normalizer_and_the_extractor() -> None:
-    """--micro: no network; µs per link in the three cases and µs per page, all measured."""
+    """--micro: no network; µs per link in the three cases and µs per page, all measured,
+    the latter also on the bench web's plain and dense pages."""
     result = bench_json("--micro")
     urls, extract = result["urls"], result["extract"]
     assert urls["links_per_page"] == 40
     for key in ("first_visit_us_per_link", "all_cached_us_per_link", "full_parser_us_per_link"):
         assert urls[key] > 0
     assert extract["page_kb"] > 10 and extract["us_per_page"] > 0
+    shapes = result["extract_shapes"]  # the bench web's pages: plain 10 kB, dense 20 kB
+    assert shapes["dense"]["nodes"] > 10 * shapes["plain"]["nodes"]
+    for shape in ("plain", "dense"):
+        assert shapes[shape]["extract_us_per_page"] > 0
+        assert shapes[shape]["parse_and_free_us_per_page"] > 0
 
 
 def test_bench_frontier_reports_rates_and_rss(tmp_path) -> None:

@@ -463,6 +463,7 @@ def state_bench(args: argparse.Namespace) -> int:
     if args.micro:
         result["urls"] = micro.bench_urls()
         result["extract"] = micro.bench_extract()
+        result["extract_shapes"] = micro.bench_extract_shapes()
     if args.frontier:
         result["frontier"] = micro.bench_frontier(args.frontier, 100_000)
     if args.hashset:
