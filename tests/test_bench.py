@@ -84,13 +84,19 @@ def test_bench_serves_pages_of_the_size_and_links_asked_for() -> None:
 
 
 def test_micro_measures_the_normalizer_and_the_extractor() -> None:
-    """--micro: no network; µs per link in the three cases and µs per page, all measured."""
+    """--micro: no network; µs per link in the three cases and µs per page, all measured,
+    the latter also on the bench web's plain and dense pages."""
     result = bench_json("--micro")
     urls, extract = result["urls"], result["extract"]
     assert urls["links_per_page"] == 40
     for key in ("first_visit_us_per_link", "all_cached_us_per_link", "full_parser_us_per_link"):
         assert urls[key] > 0
     assert extract["page_kb"] > 10 and extract["us_per_page"] > 0
+    shapes = result["extract_shapes"]  # the bench web's pages: plain 10 kB, dense 20 kB
+    assert shapes["dense"]["nodes"] > 10 * shapes["plain"]["nodes"]
+    for shape in ("plain", "dense"):
+        assert shapes[shape]["extract_us_per_page"] > 0
+        assert shapes[shape]["parse_and_free_us_per_page"] > 0
 
 
 def test_bench_frontier_reports_rates_and_rss(tmp_path) -> None:
@@ -113,3 +119,49 @@ def test_bench_hashset_measures_false_positives_near_the_formula() -> None:
         assert result[k]["urls_per_s"] > 0
         assert 0.7 * formula < measured < 1.3 * formula, (k, formula, measured)
     assert result["k7"]["formula"] < result["k1"]["formula"]
+
+
+def _nodes(body: bytes) -> int:
+    """DOM nodes (elements, text, comments) of a page as lexbor builds its tree."""
+    from selectolax.lexbor import LexborHTMLParser
+
+    return sum(1 for _ in LexborHTMLParser(body).root.traverse(include_text=True))
+
+
+def test_dense_pages_have_the_nodes_and_exactly_the_links_they_claim() -> None:
+    """A dense 20 kB page holds ~3,000 nodes (DENSE_NODES_PER_KB), a plain one a few hundred;
+    both carry the same links, and the extractor finds exactly those."""
+    from larbinpy.bench.synth import DENSE_NODES_PER_KB, SynthFactory
+    from larbinpy.links.extract import extract_links
+    from larbinpy.links.urls import Normalizer
+
+    norm = Normalizer()
+    dense = SynthFactory(4, 30, port=8080, page_bytes=20000, links=30, shape="dense")
+    plain = SynthFactory(4, 30, port=8080, page_bytes=20000, links=30)
+    for n in (0, 7, 29):
+        path = "/" if n == 0 else f"/p{n}.html"
+        body = dense("h2.bench.test", path).body
+        assert isinstance(body, bytes)
+        assert 18000 < len(body) < 22000
+        nodes = _nodes(body)
+        assert 0.9 < nodes / (DENSE_NODES_PER_KB * len(body) / 1000) < 1.15
+        assert 2500 < nodes < 3500
+        plain_body = plain("h2.bench.test", path).body
+        assert isinstance(plain_body, bytes)
+        assert _nodes(plain_body) < nodes / 10
+        url = dense.url(2, n)
+        claimed = {norm.resolve(url, href) for href in dense.links_of(2, n)}
+        for page in (body, plain_body):
+            found, dropped = extract_links(page, url, norm)
+            assert set(found) == claimed and dropped == 0
+
+
+def test_bench_crawl_of_the_dense_web_fetches_every_page() -> None:
+    """--page-shape dense: the crawl fetches every page of the web and the report says which
+    shape it measured."""
+    result = bench_json("--hosts", "3", "--pages", "12", "--page-shape", "dense",
+                        "--page-bytes", "8000", "--no-floor", "--output", "none")
+    assert result["page_shape"] == "dense"
+    assert result["crawl"]["pages"] == 36
+    assert result["warnings"] == []
+    assert 7000 < result["crawl"]["body_bytes"] / 36 < 10000

@@ -27,9 +27,9 @@ class SynthServer:
     """`python -m larbinpy.bench.synth serve` as a child process; a context manager."""
 
     def __init__(self, hosts: int, pages: int, workdir: Path, *, page_bytes: int = 15000,
-                 links: int = 40) -> None:
+                 links: int = 40, shape: str = "plain") -> None:
         self.hosts, self.pages = hosts, pages
-        self.page_bytes, self.links = page_bytes, links
+        self.page_bytes, self.links, self.shape = page_bytes, links, shape
         self.ready_file = workdir / "synth.ready"
         self.proc: subprocess.Popen[bytes] | None = None
         self.http_port = self.dns_port = 0
@@ -39,6 +39,7 @@ class SynthServer:
         cmd = [sys.executable, "-m", "larbinpy.bench.synth", "serve",
                "--hosts", str(self.hosts), "--pages", str(self.pages),
                "--page-bytes", str(self.page_bytes), "--links", str(self.links),
+               "--page-shape", self.shape,
                "--http-port", "0", "--dns-port", "0", "--ready-file", str(self.ready_file)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
         try:

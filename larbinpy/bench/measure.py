@@ -1,7 +1,8 @@
 """`larbinpy bench`: how fast the crawler is against a local synthetic web, and at what cost.
 
 It serves a synthetic web (`larbinpy.bench.synth`: N hosts x M pages, by default ~15 kB
-each with 40 links, real DNS) from a separate process, so serving CPU is not charged to the
+each with 40 links, real DNS; `--page-shape dense` marks the same links up in ~3,000 DOM nodes
+a 20 kB page, as real pages are) from a separate process, so serving CPU is not charged to the
 crawler, then measures in this process:
 
 * the crawl: a full larbinpy crawl of that web (every stage: input, hash set, sequencer, DNS,
@@ -38,7 +39,7 @@ from typing import Any
 import aiohttp
 
 from larbinpy.bench.harness import HASH_BITS, HASH_FUNCTIONS, SynthServer
-from larbinpy.bench.synth import host_ip, host_name, synth_urls
+from larbinpy.bench.synth import PAGE_SHAPES, host_ip, host_name, synth_urls
 from larbinpy.demo.web import StaticResolver
 from larbinpy.runtime import missing_extra, run_loop, setup_logging, tune_allocator, tune_gc
 
@@ -270,7 +271,8 @@ def ratios(crawl: Run, floor: Run | None) -> dict[str, float]:
 def report_text(result: dict[str, Any]) -> str:
     """The human-readable report."""
     lines = [f"larbinpy bench: {result['hosts']} hosts x {result['pages_per_host']} pages "
-             f"({result['page_bytes']} bytes, {result['links']} links), "
+             f"({result['page_shape']}, {result['page_bytes']} bytes, "
+             f"{result['links']} links), "
              f"{result['connections']} connections, {result['per_host']} per host, "
              f"output {result['output']} in {result.get('dir', '?')}, loop {result['loop']}"]
     for name in ("crawl", "floor", "http1"):
@@ -338,6 +340,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--page-bytes", type=int, default=15000,
                    help="size of a synthetic page in bytes [15000]")
     p.add_argument("--links", type=int, default=40, help="links on a synthetic page [40]")
+    p.add_argument("--page-shape", choices=PAGE_SHAPES, default="plain",
+                   help="plain: paragraphs of text, a few hundred nodes a page; dense: marked "
+                        "up like a forum page, ~140 nodes a kB (~3,000 in 20 kB) [plain]")
     p.add_argument("--connections", type=int, default=64, help="pagesConnexions [64]")
     p.add_argument("--per-host", type=int, default=4, help="connectionsPerHost [4]")
     p.add_argument("--output", choices=("save", "none", "links", "warc", "mirror"),
@@ -386,7 +391,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     repeat = max(1, args.repeat)
     pairs: list[dict[str, Any]] = []
     with SynthServer(args.hosts, args.pages, workdir, page_bytes=args.page_bytes,
-                     links=args.links) as server:
+                     links=args.links, shape=args.page_shape) as server:
         for r in range(repeat):
             where = workdir if repeat == 1 else workdir / f"run{r}"
             where.mkdir(exist_ok=True)
@@ -440,7 +445,7 @@ def bench_pair(args: argparse.Namespace, server: SynthServer, workdir: Path) -> 
                       "steady_over_ideal": round(steady / ideal, 3)}
     return {
         "hosts": args.hosts, "pages_per_host": args.pages, "expected_pages": expected,
-        "page_bytes": args.page_bytes, "links": args.links,
+        "page_bytes": args.page_bytes, "links": args.links, "page_shape": args.page_shape,
         "connections": args.connections, "per_host": args.per_host, "output": args.output,
         "loop": loop_name(), "cpus": os.cpu_count(),
         "crawl": crawl.as_dict(), "floor": floor.as_dict() if floor else None,
@@ -458,6 +463,7 @@ def state_bench(args: argparse.Namespace) -> int:
     if args.micro:
         result["urls"] = micro.bench_urls()
         result["extract"] = micro.bench_extract()
+        result["extract_shapes"] = micro.bench_extract_shapes()
     if args.frontier:
         result["frontier"] = micro.bench_frontier(args.frontier, 100_000)
     if args.hashset:

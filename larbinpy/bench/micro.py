@@ -9,11 +9,15 @@ cannot separate.
 from __future__ import annotations
 
 import resource
+import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from selectolax.lexbor import LexborDocumentOptions, LexborHTMLParser
+
+from larbinpy.bench.synth import SynthFactory, host_name, page_path
 from larbinpy.frontier.diskqueue import BATCH, DiskFrontier, SiteSpill
 from larbinpy.frontier.seen import BitmapSeenSet, false_positive_rate
 from larbinpy.links.extract import extract_links
@@ -92,6 +96,47 @@ def bench_extract(pages: int = 500) -> dict[str, float]:
     per_page = (time.perf_counter() - start) / pages * 1e6
     return {"pages": pages, "page_kb": round(len(bodies[0]) / 1000, 1),
             "us_per_page": round(per_page, 1)}
+
+
+def bench_extract_shapes(pages: int = 200, rounds: int = 5) -> dict[str, dict[str, float]]:
+    """µs per page (thread CPU time, median of `rounds`) for `extract_links` on the bench's
+    plain (10 kB) and dense (20 kB, ~3,000 nodes) pages of 20 links, and the part of it
+    lexbor's parse and the freeing of its tree take alone: the share no Python code can cut."""
+    result = {}
+    for shape, size in (("plain", 10000), ("dense", 20000)):
+        web = SynthFactory(10, pages, port=8080, page_bytes=size, links=20, shape=shape)
+        bodies = [(_body(web, n), web.url(0, n)) for n in range(pages)]
+        norm = Normalizer()
+        extract, parse = [], []
+        for _ in range(rounds):
+            spent = [0.0, 0.0]
+            for body, url in bodies:  # the two, alternated page by page: same caches, same load
+                t0 = time.thread_time()
+                extract_links(body, url, norm)
+                t1 = time.thread_time()
+                _parse_only(body)
+                spent[0] += t1 - t0
+                spent[1] += time.thread_time() - t1
+            extract.append(spent[0] / len(bodies) * 1e6)
+            parse.append(spent[1] / len(bodies) * 1e6)
+        nodes = sum(1 for _ in LexborHTMLParser(bodies[1][0]).root.traverse(include_text=True))
+        result[shape] = {"page_bytes": len(bodies[1][0]), "nodes": nodes,
+                         "extract_us_per_page": round(statistics.median(extract), 1),
+                         "parse_and_free_us_per_page": round(statistics.median(parse), 1)}
+    return result
+
+
+def _body(web: SynthFactory, n: int) -> bytes:
+    """Page n of the synthetic web's first host."""
+    page = web(host_name(0), page_path(n))
+    assert page is not None and isinstance(page.body, bytes)
+    return page.body
+
+
+def _parse_only(body: bytes) -> None:
+    """Parse an ASCII page as `extract_links` does and free the tree: lexbor's own part."""
+    tree = LexborHTMLParser(body, encoding=False, options=LexborDocumentOptions.WO_EVENTS)
+    del tree
 
 
 # --- state: the disk queues and the hash set ---

@@ -7,6 +7,14 @@ to page n+1, so everything is reachable from `/`; the other links are random, 90
 host (root-relative, relative and absolute forms mixed) and `cross_host` absolute links to other
 hosts. Every host serves a robots.txt disallowing /private/, which no page links to.
 
+Two page shapes carry the same links (`PAGE_SHAPES`): `plain` pages are paragraphs of text with
+one link each, a few hundred DOM nodes in 15 kB; `dense` pages are marked up like a forum or news
+page (a head with an inline style and script, a navigation list, then posts of nested divs,
+spans, buttons, icons and a table row, pretty-printed), about DENSE_NODES_PER_KB nodes (elements,
+text and comments, as lexbor builds the tree) a kB: ~3,000 nodes in 20 kB, as real pages have.
+The parse and the tag walks of the link extractor cost per node, so the two shapes show that
+cost apart from the per-link one.
+
 Hosts get loopback IPs base+1 ... base+250, then the next /24 (127.0.3.1 ...), up to `max_ips`
 distinct IPs; beyond that hosts share IPs round-robin (host i uses IP number i % max_ips).
 
@@ -38,6 +46,10 @@ ROBOTS_TXT = "User-agent: *\nDisallow: /private/\n"
 _ROBOTS_PAGE = Page(body=ROBOTS_TXT.encode(), content_type="text/plain")
 _IPS_PER_BLOCK = 250  # .1 ... .250 of each /24: avoids .0 and .255, which look odd in logs
 _LRU_SIZE = 4096
+PAGE_SHAPES = ("plain", "dense")
+DENSE_NODES_PER_KB = 140  # about; tests/test_bench.py holds the dense pages to it
+_DENSE_NAV_LINKS = 6  # the first links of a dense page are its navigation bar
+_DENSE_POST_BYTES = 1020  # about, so that a dense page is about page_bytes long
 _WORDS = (
     "crawler spider queue fetch parse robots politeness host page link anchor frontier "
     "resolver socket buffer header body status redirect cache index archive document web "
@@ -99,8 +111,11 @@ class SynthFactory:
         links: int = 40,
         cross_host: float = 0.10,
         seed: int = 1,
+        shape: str = "plain",
     ) -> None:
-        self.hosts, self.pages = hosts, pages
+        if shape not in PAGE_SHAPES:
+            raise ValueError(f"page shape {shape!r} is not one of {PAGE_SHAPES}")
+        self.hosts, self.pages, self.shape = hosts, pages, shape
         self.page_bytes, self.links = page_bytes, links
         self.cross_host, self.seed = cross_host, seed
         self._port = port
@@ -172,7 +187,13 @@ class SynthFactory:
         return self.url(h, m)
 
     def _render_uncached(self, h: int, n: int) -> Page:
-        """Build the HTML of page n on host h (about page_bytes long)."""
+        """Build the HTML of page n on host h (about page_bytes long) in the factory's shape."""
+        if self.shape == "dense":
+            return Page(body=self._render_dense(h, n).encode())
+        return self._render_plain(h, n)
+
+    def _render_plain(self, h: int, n: int) -> Page:
+        """A plain page: paragraphs of text, each but the last ending in one link."""
         rng = random.Random(f"{self.seed}:{h}:{n}:text")
         hrefs = self.links_of(h, n)
         title = f"{host_name(h)} page {n}"
@@ -190,6 +211,87 @@ class SynthFactory:
         parts.append("</body></html>\n")
         return Page(body="".join(parts).encode())
 
+    def _render_dense(self, h: int, n: int) -> str:
+        """A dense page: head, navigation bar (the first links), then as many posts as make
+        page_bytes, the other links spread over them."""
+        rng = random.Random(f"{self.seed}:{h}:{n}:dense")
+        hrefs = self.links_of(h, n)
+        nav, rest = hrefs[:_DENSE_NAV_LINKS], hrefs[_DENSE_NAV_LINKS:]
+        parts = [_dense_head(f"{host_name(h)} page {n}"), _dense_nav(nav)]
+        size = sum(map(len, parts)) + len(_DENSE_FOOT)
+        posts = max(1, (self.page_bytes - size) // _DENSE_POST_BYTES)
+        for i in range(posts):
+            parts.append(_dense_post(rng, i, rest[i::posts]))
+        parts.append(_DENSE_FOOT)
+        return "".join(parts)
+
+
+_DENSE_STYLE = (
+    "body{margin:0;font:14px/1.4 sans-serif;color:#222}.post{border-bottom:1px solid #ddd;"
+    "padding:8px 12px}.hd{display:flex;gap:6px;align-items:center}.av .ic{width:24px;"
+    "height:24px;border-radius:50%}.bo p{margin:4px 0}.ac{list-style:none;display:flex;"
+    "gap:8px;padding:0}.ac button{border:0;background:none;cursor:pointer}.st td{padding:0 4px;"
+    "font-size:11px;color:#777}.t{background:#eef;border-radius:3px;padding:0 3px}"
+    "nav ul{display:flex;gap:12px;list-style:none}footer{font-size:12px;color:#999}"
+)
+# A script whose text holds `<` and `</` that are not tags, as minified scripts do.
+_DENSE_SCRIPT = (
+    "(function(w,d){var q=[],n=0;function t(e){for(var i=0;i<e.length&&n<50;i++){q.push(e[i]);"
+    "n++}}w.addEventListener('load',function(){var b=d.querySelectorAll('.ac button');"
+    "for(var i=0;i<b.length;i++){b[i].onclick=function(e){t([this.dataset.a,Date.now()]);"
+    "if(q.length>10&&navigator.sendBeacon){navigator.sendBeacon('/beacon',JSON.stringify(q));"
+    "q=[]}}}var s=d.createElement('div');s.innerHTML='<span class=\"x\"></span>';})})"
+    "(window,document);\n"
+)
+_DENSE_FOOT = (
+    '<footer class="ft">\n<p>&copy; 2026 <b>bench</b> &middot; <span>terms</span> '
+    "&middot; <span>privacy</span></p>\n<!-- rendered by synth -->\n</footer>\n"
+    "</main>\n</body></html>\n"
+)
+
+
+def _dense_head(title: str) -> str:
+    """Head of a dense page: metas, a stylesheet link, an inline style and script."""
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">\n'
+        f"<title>{title}</title>\n"
+        '<link rel="stylesheet" href="/static/site.css">\n'
+        f"<style>{_DENSE_STYLE}</style>\n<script>{_DENSE_SCRIPT}</script>\n"
+        '</head>\n<body class="forum">\n<main id="main">\n'
+    )
+
+
+def _dense_nav(hrefs: list[str]) -> str:
+    """The navigation bar: one list item per link."""
+    items = "".join(f'<li class="nv"><a href="{href}">{_WORDS[i]}</a></li>\n'
+                    for i, href in enumerate(hrefs))
+    return f'<nav class="top">\n<ul>\n{items}</ul>\n</nav>\n'
+
+
+def _dense_post(rng: random.Random, i: int, hrefs: list[str]) -> str:
+    """One post: header, body text with inline markup (and its links), actions, a stats row."""
+    def w() -> str:
+        return rng.choice(_WORDS)
+
+    day = rng.randrange(1, 29)
+    links = " ".join(f'<a href="{href}">{w()}</a>' for href in hrefs)
+    cells = "".join(f"\n<td>{rng.randrange(100)}</td>" for _ in range(32))
+    return (
+        f'<article class="post" id="p{i}" data-id="{i}">\n'
+        f'<div class="hd">\n<span class="av"><i class="ic u"></i></span>\n<b>{w()}</b>\n'
+        f'<time datetime="2026-11-{day:02}">{day} Nov</time>\n'
+        f'<span class="bd">{rng.randrange(99)}</span>\n</div>\n'
+        f'<div class="bo">\n<p>{w()} <b>{w()}</b> {w()} <em>{w()}</em> '
+        f'<span class="t">{w()}</span> {w()}<br><code>{w()}</code> {w()} <i>{w()}</i> '
+        f'<span class="m">{w()}</span> {links}</p>\n</div>\n'
+        f'<ul class="ac">\n<li><button data-a="up"><i class="ic up"></i>'
+        f"<span>{rng.randrange(50)}</span></button></li>\n"
+        f'<li><button data-a="re"><i class="ic re"></i>reply</button></li>\n'
+        f'<li><button data-a="sh"><i class="ic sh"></i></button></li>\n</ul>\n'
+        f'<table class="st"><tr>{cells}\n</tr></table>\n</article>\n'
+    )
+
 
 def synth_sites(
     hosts: int,
@@ -202,6 +304,7 @@ def synth_sites(
     seed: int = 1,
     port: int = 0,
     max_ips: int = 1000,
+    shape: str = "plain",
 ) -> tuple[list[Site], SynthFactory]:
     """Sites (with robots.txt) and the page factory of a synthetic web; see module docstring."""
     sites = [
@@ -209,7 +312,7 @@ def synth_sites(
         for i in range(hosts)
     ]
     factory = SynthFactory(hosts, pages, port=port, page_bytes=page_bytes, links=links,
-                           cross_host=cross_host, seed=seed)
+                           cross_host=cross_host, seed=seed, shape=shape)
     return sites, factory
 
 
@@ -238,7 +341,7 @@ async def _serve(args: argparse.Namespace) -> None:
     web, dns, _ = await start_synth(
         args.hosts, args.pages, http_port=args.http_port, dns_port=args.dns_port, record=False,
         page_bytes=args.page_bytes, links=args.links, cross_host=args.cross_host,
-        seed=args.seed, max_ips=args.max_ips,
+        seed=args.seed, max_ips=args.max_ips, shape=args.page_shape,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -279,6 +382,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--ready-file", default=None)
     serve.add_argument("--page-bytes", type=int, default=15000)
     serve.add_argument("--links", type=int, default=40)
+    serve.add_argument("--page-shape", choices=PAGE_SHAPES, default="plain")
     serve.add_argument("--cross-host", type=float, default=0.10)
     serve.add_argument("--seed", type=int, default=1)
     serve.add_argument("--max-ips", type=int, default=1000)
