@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from larbinpy.config import Config, ConfigError, describe, load_config
+from larbinpy.config import KEYS, Config, ConfigError, describe, load_config
 from larbinpy.frontier.state import StateError
 from larbinpy.runtime import missing_extra, run_loop, setup_logging, tune_gc
 
@@ -20,7 +20,17 @@ log = logging.getLogger("larbinpy")
 
 
 def check_runtime(cfg: Config) -> None:
-    """Checks that need the file system: files the configuration names must exist."""
+    """Checks that need the file system: files the configuration names must exist, and the
+    places it writes must be writable (else the crawl would stop with a traceback later)."""
+    from larbinpy.crawler import crawl_log_path
+
+    log_path = crawl_log_path(cfg)
+    for name, path, directory in (("statedir", cfg.state_dir, True),
+                                  ("savedir", cfg.save_dir, True),
+                                  ("logfile", cfg.log_file, False),
+                                  ("crawllog", log_path and str(log_path), False)):
+        if path and (problem := path_problem(path, directory)):
+            raise cfg.error(name, f"{KEYS[name].larbin} {path}: {problem}")
     if cfg.seed_file and not Path(cfg.seed_file).is_file():
         raise cfg.error("seedfile", f"seedFile {cfg.seed_file} does not exist")
     if cfg.ca_file and not Path(cfg.ca_file).is_file():
@@ -32,6 +42,26 @@ def check_runtime(cfg: Config) -> None:
             load_hook(cfg.user_output)
         except (ImportError, AttributeError, TypeError) as exc:
             raise cfg.error("useroutput", f"userOutput {cfg.user_output}: {exc}") from None
+
+
+def path_problem(path: str, directory: bool) -> str | None:
+    """Why larbinpy could not create or write `path` (a directory or a file); None if it can."""
+    p = Path(path)
+    if p.exists():
+        if p.is_dir() != directory:
+            return "is a directory" if p.is_dir() else "is not a directory"
+        where = p
+    else:  # created at start: its nearest existing ancestor must be a writable directory
+        where = p.parent
+        while not where.exists() and where != where.parent:
+            where = where.parent
+        if not where.is_dir():
+            return f"{where} is not a directory"
+    if not os.access(where, os.W_OK):
+        read_only = os.statvfs(where).f_flag & os.ST_RDONLY
+        return f"{where} is on a read-only file system" if read_only else \
+            f"{where} is not writable"
+    return None
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:

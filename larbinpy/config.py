@@ -726,7 +726,13 @@ def _parse_list(cfg: Config, tokens: list[Token], i: int, spec: Key) -> int:
     items: list[Any] = []
     j = i + 1
     while j < len(tokens) and tokens[j].text.lower() != "end":
-        items.append(_convert(cfg, tokens[j], spec.parse, start.text))
+        tok = tokens[j]
+        if tok.text.lower() in KEYS and tokens[j - 1].line != tok.line:
+            # a key's name at the start of a line: the list above it lacks its `end` (larbin
+            # would take the rest of the file as items)
+            raise ConfigError(cfg.path, tok.line, f"{start.text} (line {start.line}) is "
+                              f"missing its 'end' before {tok.text}")
+        items.append(_convert(cfg, tok, spec.parse, start.text))
         j += 1
     if j >= len(tokens):
         raise ConfigError(cfg.path, start.line, f"{start.text} list is missing its 'end'")

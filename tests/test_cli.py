@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from test_ports import daemon, small_web
 
 from larbinpy import __version__
@@ -117,3 +118,50 @@ def test_make_remakes_a_venv_left_by_an_older_python(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=60)
     assert "made by a Python older than 3.11 (Python 3.9.2): making it again" in result.stdout
     assert not venv.exists()
+
+
+def test_a_place_it_cannot_write_is_a_configuration_error(tmp_path: Path) -> None:
+    """stateDir, saveDir, logFile or the crawl log where nothing can be written: check-config
+    and the crawl both exit 2 naming the file, the line and why; nothing is created."""
+    (tmp_path / "afile").write_text("")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    cases = [("stateDir", "afile/state", "afile is not a directory"),
+             ("saveDir", "afile/save", "afile is not a directory"),
+             ("logFile", "afile", None),  # an existing file is fine: it is appended to
+             ("logFile", "ro", "is a directory"),
+             ("crawlLog", str(tmp_path / "afile" / "c.jsonl"), "afile is not a directory")]
+    for key, path, problem in cases:
+        conf = tmp_path / "larbin.conf"
+        conf.write_text(f"exitAtEnd\nhttpPort 0\ninputPort 0\nstateDir {tmp_path}/s\n"
+                        f"saveDir {tmp_path}/save\n{key} {path}\n")
+        for args in (("check-config", "-c", str(conf)), ("-c", str(conf))):
+            proc = larbinpy(*args, cwd=tmp_path)
+            if problem is None:
+                assert proc.returncode == 0, proc.stderr
+                continue
+            assert proc.returncode == 2, (key, proc.stderr)
+            assert f"larbin.conf:6: {key} {path}: " in proc.stderr, proc.stderr
+            assert problem in proc.stderr and "Traceback" not in proc.stderr
+        assert not (tmp_path / "afile").is_dir()
+
+
+def test_a_state_dir_on_a_read_only_file_system_is_a_configuration_error(tmp_path: Path) -> None:
+    """What ProtectSystem=strict does to a stateDir outside the unit's writable directories:
+    a real read-only mount (a private mount namespace), exit 2 with the reason."""
+    from test_exhaustion import can_mount_tmpfs
+
+    if reason := can_mount_tmpfs():
+        pytest.skip(reason)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    conf = tmp_path / "larbin.conf"
+    conf.write_text(f"exitAtEnd\nhttpPort 0\ninputPort 0\nstateDir {ro}/state\n"
+                    f"saveDir {tmp_path}/save\n")
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o ro,size=64k tmpfs {ro} && "
+         f"exec {sys.executable} -m larbinpy -c {conf}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert f"larbin.conf:4: stateDir {ro}/state: {ro} is on a read-only file system" \
+        in proc.stderr, proc.stderr
