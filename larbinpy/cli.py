@@ -115,13 +115,16 @@ def hash_set_report(bits: int, functions: int, seen_set: str = "bitmap") -> str:
 
     kind = "larbin's bitmap" if functions == 1 else f"a Bloom filter, K={functions}"
     lines = [f"# hash set: {bits} bits ({bits / 8 / 2**20:g} MiB), {kind}"]
-    if seen_set == "exact":
+    exact = seen_set == "exact"
+    if exact:
         lines.append("# seenSet exact: a set bit is confirmed against URL fingerprints on disk, "
-                     "so no new URL is lost; p below is the share that costs a disk lookup")
+                     "so no new URL is lost; p below is the share of new URLs that costs a "
+                     "lookup there")
+    what = "needs a fingerprint lookup" if exact else "is taken for seen (lost)"
     for n in (10**6, 10**7, 10**8, 10**9):
         rate = false_positive_rate(bits, functions, n)
         shown = f"{rate:.3%}" if rate >= 1e-4 else f"{rate:.1e}"
-        lines.append(f"#   after {n:>13,} URLs: a new URL is taken for seen with p = {shown}")
+        lines.append(f"#   after {n:>13,} URLs: a new URL {what} with p = {shown}")
     rate = false_positive_rate(bits, functions, WARN_URLS)
     if seen_set == "bitmap" and rate > WARN_RATE:
         lines.append(f"# WARNING: hashSize {bits} is small for a crawl of {WARN_URLS:,} URLs: "

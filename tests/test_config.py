@@ -179,8 +179,14 @@ def test_check_config_prints_the_expected_false_positive_rate(tmp_path: Path):
     conf.write_text("hashSize 2^30\nhashFunctions 7\n")
     result = run_cli("check-config", "-c", str(conf), cwd=tmp_path)
     assert "a Bloom filter, K=7" in result.stdout
-    # (1 - e^(-7 * 10^8 / 2^30))^7 = 0.578%
-    assert "after   100,000,000 URLs: a new URL is taken for seen with p = 0.578%" in result.stdout
+    # (1 - e^(-7 * 10^8 / 2^30))^7 = 0.578%: with the exact seen-set, a lookup, not a loss
+    assert ("after   100,000,000 URLs: a new URL needs a fingerprint lookup with p = 0.578%"
+            in result.stdout)
+    assert "(lost)" not in result.stdout
+    conf.write_text("hashSize 2^30\nhashFunctions 7\nseenSet bitmap\n")
+    result = run_cli("check-config", "-c", str(conf), cwd=tmp_path)
+    assert ("after   100,000,000 URLs: a new URL is taken for seen (lost) with p = 0.578%"
+            in result.stdout)
 
 
 def test_a_missing_seed_file_is_a_configuration_error(tmp_path: Path):
