@@ -254,8 +254,9 @@ class Crawler:
         if self.saved.fresh and not self.resumed and not self.finished_before:
             log.info("stateDir %s: new crawl", Path(cfg.state_dir).resolve())
         else:  # a checkpoint, or (killed before the first one) FIFOs and a done-record
-            log.info("stateDir %s: resumed, %d URLs to fetch", Path(cfg.state_dir).resolve(),
-                     self.resumed)
+            log.info("stateDir %s: resumed, %d URLs to fetch%s", Path(cfg.state_dir).resolve(),
+                     self.resumed, f" ({self.finished_before} finished after the last "
+                     "checkpoint are not fetched again)" if self.finished_before else "")
         host = f"[{cfg.http_host}]" if ":" in cfg.http_host else cfg.http_host
         for port, what, path in ((cfg.http_port, "status page (httpPort)", "/"),
                                  (cfg.input_port, "input port (inputPort)", "/urls")):
@@ -271,12 +272,11 @@ class Crawler:
         """Put back what the last checkpoint held in memory, and restart spilled sites."""
         finished = self.finished_before = len(self.crawl_log.skip)
         jobs = [j for j in self.saved.jobs if not self.crawl_log.finished_before(j.url)]
-        waiting = len(self.frontier) + len(self.spill) + len(jobs)
-        self.resumed = waiting  # for the start-up log line
+        # the FIFOs still hold the finished URLs the checkpoint's jobs did not (skipped later)
+        in_fifos = finished - (len(self.saved.jobs) - len(jobs))
+        waiting = len(self.frontier) + len(self.spill) + len(jobs) - in_fifos
+        self.resumed = max(waiting, 0)  # for the start-up log line
         self.stats.urls_seen = max(self.stats.urls_seen, self.saved.urls_seen)
-        if finished:
-            log.info("resuming: %d URLs finished after the last checkpoint are not fetched "
-                     "again", finished)
         self.input.restore(jobs)
         for key in list(self.spill.sites()):
             self.sites.adopt(key)
@@ -448,10 +448,15 @@ class Crawler:
 
     def request_stop(self) -> None:
         """Stop cleanly (second call: do not wait for fetches in flight)."""
+        running = self.opener.in_flight
         if self.stop_requested:
             self._forced = True
+            log.info("stopping now: not waiting for the %d fetches in flight", running)
+        else:
+            log.info("stopping: no new fetches; waiting for the %d in flight (at most "
+                     "timeoutTotal, %g s; a second signal stops waiting), then checkpointing",
+                     running, self.cfg.timeout_total)
         self.stop_requested = True
-        log.info("stopping: no new fetches, checkpointing")
         self.changed()
 
     def _close(self) -> None:

@@ -81,6 +81,11 @@ def logs_are_json() -> bool:
     return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
 
 
+def logs_to_file() -> bool:
+    """Whether setup_logging sent the log to a file (logFile) rather than to stderr."""
+    return any(isinstance(h, logging.FileHandler) for h in logging.getLogger().handlers)
+
+
 def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
     """sys.excepthook with JSON logs: the uncaught exception as a CRITICAL record."""
     logging.getLogger("larbinpy").critical("uncaught exception", exc_info=(kind, exc, tb))

@@ -136,6 +136,8 @@ async def test_the_log_says_config_state_ports_and_outputs_at_start(make_web):
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.communicate(), 30)
     first = log.read_text()
+    assert "stopping: no new fetches; waiting for the 0 in flight" in first
+    assert "larbinpy.progress: stopped after " in first.splitlines()[-1]  # the end, in the file
     assert f"config {tw.tmp / 'larbin.conf'}" in first
     assert f"stateDir {tw.tmp / 'state'}: new crawl" in first
     assert f"status page (httpPort) on http://127.0.0.1:{port}/" in first

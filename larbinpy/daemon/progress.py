@@ -11,7 +11,7 @@ import sys
 import time
 
 from larbinpy.daemon.status import StatusSource
-from larbinpy.runtime import logs_are_json
+from larbinpy.runtime import logs_are_json, logs_to_file
 
 
 def human_bytes(n: float) -> str:
@@ -73,5 +73,7 @@ class Progress:
         )
         if logs_are_json():  # stderr and logFile carry JSON lines only
             log.info("%s", text)
-        else:
-            sys.stderr.write(f"larbinpy: {text}\n")
+            return
+        sys.stderr.write(f"larbinpy: {text}\n")
+        if logs_to_file():  # the log file tells the whole story, its end included
+            log.info("%s", text)
