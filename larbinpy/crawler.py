@@ -89,6 +89,8 @@ class Crawler:
             max_length=max(cfg.max_url_length, URL_HARD_LIMIT),
         )
         self.saved = self.state.load()
+        if scratch and cfg.cluster is None:
+            set_aside_outputs(cfg)  # before the outputs and the crawl log open their files
         self.crawl_log = CrawlLog(crawl_log_path(cfg), self.state.done_path(),
                                   resume=not scratch and cfg.cluster is None)
         self.frontier = DiskFrontier(self.state.frontier_dir, self.saved.frontier)
@@ -485,6 +487,31 @@ def _cluster_type(cfg: Config) -> type[Cluster] | None:
         raise cfg.error("cluster", "cluster needs the redis client: "
                         "pip install 'larbinpy[cluster]'") from None
     return Cluster
+
+
+def set_aside_outputs(cfg: Config) -> Path | None:
+    """--scratch starts a new crawl: an earlier crawl's files in saveDir are moved aside, to
+    saveDir.YYYYmmdd-HHMMSS (nothing is deleted), so the new crawl's outputs do not mix with
+    them. Returns where they went; None if saveDir was empty or could not be moved (said)."""
+    save, state = Path(cfg.save_dir).resolve(), Path(cfg.state_dir).resolve()
+    if not save.is_dir() or not any(save.iterdir()):
+        return None
+    if state == save or save in state.parents:
+        log.warning("--scratch: saveDir %s holds stateDir: its earlier outputs stay", save)
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = save.with_name(f"{save.name}.{stamp}")
+    n = 1
+    while aside.exists():
+        aside, n = save.with_name(f"{save.name}.{stamp}-{n}"), n + 1
+    try:
+        save.rename(aside)
+    except OSError as exc:  # a mount point, a busy directory...
+        log.warning("--scratch: cannot move saveDir %s aside (%s): new outputs are added to "
+                    "it", save, exc)
+        return None
+    log.info("--scratch: the earlier crawl's outputs in %s were moved to %s", save, aside)
+    return aside
 
 
 def crawl_log_path(cfg: Config) -> Path | None:

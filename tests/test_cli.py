@@ -165,3 +165,24 @@ def test_a_state_dir_on_a_read_only_file_system_is_a_configuration_error(tmp_pat
     assert proc.returncode == 2, proc.stderr
     assert f"larbin.conf:4: stateDir {ro}/state: {ro} is on a read-only file system" \
         in proc.stderr, proc.stderr
+
+
+async def test_scratch_moves_the_last_crawls_outputs_aside(make_web) -> None:
+    """`--scratch` twice (as `make run` does): the second crawl's saveDir holds its own pages
+    only, once each; the first crawl's files are kept beside it, not deleted."""
+    tw = await make_web(small_web())
+    conf = tw.tmp / "larbin.conf"
+    conf.write_text(tw.config_text(f"exitAtEnd\nstartUrl {tw.url('one.test')}\noutput save\n"))
+    for _ in range(2):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "larbinpy", "-c", str(conf), "--scratch", cwd=tw.tmp,
+            stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+    index = (tw.tmp / "save" / "d00000" / "index").read_text().splitlines()
+    assert len(index) == 3 and not (tw.tmp / "save" / "d00001").exists(), index
+    crawl_log = (tw.tmp / "save" / "crawl.jsonl").read_text().splitlines()
+    assert len(crawl_log) == 3, crawl_log
+    aside = [p for p in tw.tmp.iterdir() if p.name.startswith("save.")]
+    assert len(aside) == 1 and len((aside[0] / "d00000" / "index").read_text().splitlines()) == 3
+    assert f"were moved to {aside[0]}" in err.decode()
