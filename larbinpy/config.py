@@ -128,6 +128,8 @@ def parse_int(text: str) -> int:
     if m:
         return int(m.group(1)) ** int(m.group(2))
     m = re.fullmatch(r"(\d+)([a-z]*)", t)
+    if not m and re.fullmatch(r"-\d+[a-z]*", t):
+        raise ValueError(f"{text!r} is negative: it must be 0 or more")
     if not m or m.group(2) not in _SIZE_SUFFIX:
         raise ValueError(f"not an integer: {text!r}")
     return int(m.group(1)) * _SIZE_SUFFIX[m.group(2)]

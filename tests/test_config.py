@@ -89,6 +89,7 @@ def test_sizes_accept_suffixes_and_powers():
         ("\nstartUrl http://[::1/\n", 2, "malformed"),
         ("startUrl http://ok.example/\nstartUrl notaurl\n", 2, "bad startUrl 'notaurl'"),
         ("exitAtEnd maybe\n", 1, "exitAtEnd is a flag: it takes no value"),
+        ("depthInSite -1\n", 1, "'-1' is negative: it must be 0 or more"),
     ],
 )
 def test_errors_name_the_file_and_line(text: str, line: int, words: str):

@@ -144,7 +144,7 @@ METRIC_FAMILIES = [
     ("kwargs", "status", "words"),
     [
         ({"data": b"{not json", "headers": {"Content-Type": "application/json"}}, 400, "JSON"),
-        ({"json": {"urls": "http://x/"}}, 400, "list of strings"),
+        ({"json": {"urls": "http://x/"}}, 400, "list of URLs (strings, or"),
         ({"json": {"urls": [], "priority": "high"}}, 400, "priority"),
         ({"json": {"urls": [], "depth": -1}}, 400, "depth must be at least 0"),
         ({"json": {"urls": [], "depth": 99999999999999999999}}, 400,

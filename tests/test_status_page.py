@@ -196,8 +196,9 @@ async def test_each_submission_is_logged_with_its_source_and_counts(make_web, ca
         await wait_idle(client, status_url)
     lines = [r.getMessage() for r in caplog.records if r.name == "larbinpy.ports"]
     assert lines == [
-        "submission from 127.0.0.1: 1 URLs accepted, 1 rejected (priority 2, depth 1)",
-        "submission from 127.0.0.1 refused (400): urls must be a list of strings",
+        "submission from 127.0.0.1: accepted 1, rejected 1 (priority 2, depth 1)",
+        'submission from 127.0.0.1 refused (400): urls must be a list of URLs (strings, or '
+        '{"url": ..., "tag": N} objects)',
     ]
 
 

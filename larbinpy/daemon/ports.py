@@ -116,7 +116,8 @@ def parse_json_body(body: bytes) -> Submission:
         raise BadSubmission(400, f"unknown fields: {', '.join(sorted(unknown))}")
     urls = data.get("urls")
     if not isinstance(urls, list):
-        raise BadSubmission(400, "urls must be a list of strings")
+        raise BadSubmission(400, 'urls must be a list of URLs (strings, or {"url": ..., "tag": N} '
+                                  "objects)")
     tag = _tag(data.get("tag", 0))
     return Submission(
         [_json_url(u, tag) for u in urls],
@@ -298,7 +299,7 @@ class Ports:
         result = self.submit_urls(urls, sub.priority, sub.depth, sub.force)
         self.changed()
         rejected = len(refused) + len(result.rejected)
-        log.info("submission from %s: %d URLs accepted, %d rejected (priority %d, depth %s%s)",
+        log.info("submission from %s: accepted %d, rejected %d (priority %d, depth %s%s)",
                  request.remote, result.accepted, rejected, sub.priority,
                  "depthInSite" if sub.depth is None else sub.depth,
                  ", force" if sub.force else "")
