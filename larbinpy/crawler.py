@@ -35,6 +35,7 @@ from larbinpy.frontier.sites import Sites, never_forward
 from larbinpy.frontier.state import Position, StateDir
 from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
 from larbinpy.net.client import LazySession, make_http1
+from larbinpy.net.docmemory import DocumentMemory
 from larbinpy.net.policy import NetworkPolicy
 from larbinpy.outputs import Outputs
 from larbinpy.records import Job, Site, SiteState
@@ -123,12 +124,15 @@ class Crawler:
             store=self.verdicts,
         )
         self.limiter = BandwidthLimiter(cfg.max_bandwidth) if cfg.max_bandwidth else None
+        # bodies being read or parsed share one budget: a document that does not fit waits
+        self.memory = DocumentMemory(cfg.document_memory, self.stats)
+        self.robots.memory = self.memory
         self.parser = Parser(cfg, self.stats, self.normalizer, self.input, self.outputs,
                              self.changed)
         self.reader = Reader(cfg, self.stats, self.normalizer, self.robots, self.input,
                              self.outputs, self.limiter, self.contents, parser=self.parser,
                              keep_raw=self.outputs.keep_raw, sites=self.sites,
-                             crawl_log=self.crawl_log)
+                             crawl_log=self.crawl_log, memory=self.memory)
         self.crawl_log.before_flush = self.parser.flush  # a page's links and files go first
         self.failures = RecentFailures()  # the status page's last failures
         self.crawl_log.on_record = self.failures.note

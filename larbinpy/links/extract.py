@@ -39,8 +39,8 @@ _ASCII_WHITESPACE = " \t\n\f\r"
 _NO_EVENTS = LexborDocumentOptions.WO_EVENTS
 # Pages over LARGE_PAGE bytes are parsed SEGMENT characters at a time (`_extract_large`): the
 # memory a parse takes then stays a few dozen times SEGMENT, whatever the page's size.
-LARGE_PAGE = 2 * 1024 * 1024
-SEGMENT = 1024 * 1024
+LARGE_PAGE = 512 * 1024
+SEGMENT = 256 * 1024
 _META_CHARSET = re.compile(rb"<meta[^>]+charset\s*=\s*[\"']?([A-Za-z0-9._:-]+)", re.I)
 # WHATWG Encoding: these labels mean windows-1252, whatever Python's codecs think
 _AS_CP1252 = frozenset({"iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "ascii",

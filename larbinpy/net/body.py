@@ -11,6 +11,10 @@ is told the limits (`limit_reading`) and counts every byte of the response again
 and chunk framing too, measuring `minRate` on them from the request on, even while no content
 arrives; aiohttp's connections (HTTPS, proxies) count a body's bytes on the wire the same way
 (`aio.CountingHandler`), framing included.
+
+Given a `Reservation` of the process's document memory (`docmemory.py`), the body takes its
+bytes from it before holding them: all at once when Content-Length says how many, else as they
+arrive, waiting for room when the pool is full.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any, Protocol
 
 import brotli
 
+from larbinpy.net.docmemory import Reservation
 from larbinpy.stats import Outcome
 
 ACCEPT_ENCODING = "gzip, deflate, br"
@@ -123,12 +128,33 @@ async def read_body(
     limiter: Throttle | None = None,
     min_rate: float = 0.0,
     truncate: bool = False,
+    memory: Reservation | None = None,
 ) -> Body:
-    """The decoded body, at most `limit` bytes (tooBig beyond, or cut if truncate)."""
+    """The decoded body, at most `limit` bytes (tooBig beyond, or cut if truncate).
+
+    With `memory`, the bytes held are taken from it first; if the body cannot be read, what
+    it took is given back here, else the caller gives it back once the body is parsed."""
+    try:
+        return await _read_body(resp, limit, keep_raw, limiter, min_rate, truncate, memory)
+    except BaseException:
+        if memory is not None:
+            memory.release()
+        raise
+
+
+async def _read_body(
+    resp: Any, limit: int, keep_raw: bool, limiter: Throttle | None,
+    min_rate: float, truncate: bool, memory: Reservation | None,
+) -> Body:
+    """`read_body`, its reservation left to the caller."""
     inflate = _inflater(resp.headers.get("Content-Encoding", ""))
     length = resp.content_length
     if length is not None and length > limit and inflate is None and not truncate:
         raise BodyError(Outcome.tooBig)  # said up front: do not read it at all
+    got = _Got(memory=memory)
+    if memory is not None and length is not None and inflate is None:
+        got.reserved = min(length, limit) * (2 if keep_raw else 1)  # body, and its raw copy
+        await memory.take(got.reserved)
     limit_reading = getattr(resp, "limit_reading", None)
     if limit_reading is not None:  # http1.Response: it watches every byte and the rate itself
         limit_reading(limit, min_rate, MIN_RATE_GRACE, truncate)
@@ -139,7 +165,6 @@ async def read_body(
         protocol = getattr(getattr(resp, "connection", None), "protocol", None)
         if isinstance(protocol, aio.CountingHandler):
             protocol.limit_reading(limit + FRAMING_ALLOWANCE)
-            got = _Got()
             try:
                 await _read(resp, got, limit, inflate, keep_raw, limiter, min_rate, truncate)
             except aio.PayloadError:
@@ -150,7 +175,6 @@ async def read_body(
             finally:
                 protocol.budget = None  # a kept-alive connection's next answer: its own budget
             return got.body(limit, keep_raw)
-    got = _Got()
     await _read(resp, got, limit, inflate, keep_raw, limiter, min_rate, truncate)
     return got.body(limit, keep_raw)
 
@@ -163,6 +187,15 @@ class _Got:
     data: list[bytes] = field(default_factory=list)
     wire: int = 0
     size: int = 0
+    memory: Reservation | None = None
+    reserved: int = 0  # bytes taken from `memory` so far
+
+    async def reserve(self, keep_raw: bool) -> None:
+        """Take from `memory` what the body holds beyond what was taken (waits for room)."""
+        need = self.size + (self.wire if keep_raw else 0)
+        if self.memory is not None and need > self.reserved:
+            await self.memory.take(need - self.reserved)
+            self.reserved = need
 
     def body(self, limit: int, keep_raw: bool) -> Body:
         """What was read, at most `limit` bytes of it."""
@@ -193,6 +226,7 @@ async def _read(
             if truncate:
                 return
             raise BodyError(Outcome.tooBig)
+        await got.reserve(keep_raw)
         if limiter is not None:
             await limiter.take(len(chunk))
         if min_rate:

@@ -12,6 +12,10 @@ caches instead of evicting them with a page's worth of networking in between; th
 for the file system's when `output save` creates the turn's files back to back. The batch is
 bounded by what one turn can finish, at most `pagesConnexions` pages, and by `MAX_PAGES`.
 
+The document memory a body took while read (`net/docmemory.py`) is given back at the end of
+the turn, once it is parsed and passed on (`hold`): pages, and the sitemaps the reader parsed
+in the same turn.
+
 Pages taken and not parsed yet are work in progress: `pending` keeps the crawl from being
 done (`Crawler.idle`), and a checkpoint calls `flush()` first, so a page's links are never
 between two stages when the checkpoint records what memory holds.
@@ -27,6 +31,7 @@ from larbinpy.config import Config
 from larbinpy.links.extract import extract_links
 from larbinpy.links.urls import Normalizer
 from larbinpy.net.body import html_for_links
+from larbinpy.net.docmemory import Reservation
 from larbinpy.outputs import Outputs, Step
 from larbinpy.records import Page
 from larbinpy.stages.input import Input
@@ -53,6 +58,7 @@ class Parser:
         # (page, the Outputs method it goes to; None: a page to parse, then `Outputs.write`)
         self.batch: list[tuple[Page, Step | None]] = []
         self._due = False  # a flush() is scheduled for the end of this turn
+        self.held: list[Reservation] = []  # the turn's bodies' memory, given back by flush()
 
     @property
     def pending(self) -> int:
@@ -86,11 +92,20 @@ class Parser:
         loop.call_soon(self.flush)
         self._due = True
 
+    def hold(self, memory: Reservation) -> None:
+        """A body read this turn: its document memory is given back at the end of the turn,
+        after the turn's pages are parsed and passed on."""
+        self.held.append(memory)
+        if not self._due:
+            asyncio.get_running_loop().call_soon(self.flush)
+            self._due = True
+
     def flush(self) -> None:
         """Parse every page taken and queue its links, then pass everything on to the outputs
         in the order read; never raises."""
         self._due = False
         if not self.batch:
+            self._give_back()
             return
         batch, self.batch = self.batch, []
         for page, step in batch:
@@ -101,7 +116,15 @@ class Parser:
         write = self.outputs.write
         for page, step in batch:
             _guarded(step or write, page)
+        del batch, page  # the bodies go before their memory does
+        self._give_back()
         self.on_parsed()
+
+    def _give_back(self) -> None:
+        """The document memory of the bodies parsed and passed on, back to the pool."""
+        held, self.held = self.held, []
+        for memory in held:
+            memory.release()
 
     def _parse(self, page: Page) -> None:
         """One page: its links, queued."""

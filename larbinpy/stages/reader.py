@@ -39,6 +39,7 @@ from larbinpy.net.backoff import BACK_OFF_STATUSES, BackOff
 from larbinpy.net.body import BodyError, read_body
 from larbinpy.net.client import LazySession
 from larbinpy.net.cookies import CookieJar
+from larbinpy.net.docmemory import DocumentMemory
 from larbinpy.net.http1 import FetchError, Http1Client, split_http_url
 from larbinpy.outputs import Outputs, page_from_response
 from larbinpy.records import Job, JobKind, Page, Site
@@ -71,8 +72,10 @@ class Reader:
         keep_raw: bool,
         sites: Sites,
         crawl_log: CrawlLog,
+        memory: DocumentMemory,
     ) -> None:
         self.cfg, self.stats, self.normalizer = cfg, stats, normalizer
+        self.memory = memory  # bodies take their bytes from it, the parser gives them back
         self.robots, self.input = robots, input_stage
         self.outputs = outputs
         self.limiter = limiter
@@ -212,10 +215,12 @@ class Reader:
         limit: int | None = None, truncate: bool = False,
     ) -> Page:
         """Read the body under the limits and describe the exchange."""
+        held = self.memory.reservation(start + self.cfg.timeout_total)
         body = await read_body(
             resp, limit or self.cfg.max_page_size, keep_raw=self.keep_raw, limiter=self.limiter,
-            min_rate=self.cfg.min_rate, truncate=truncate,
+            min_rate=self.cfg.min_rate, truncate=truncate, memory=held,
         )
+        self.parser.hold(held)  # given back once this turn's documents are parsed
         self.stats.bytes += body.wire_bytes
         answer = self._answers.get(id(job))
         if answer is not None:

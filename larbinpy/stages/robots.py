@@ -48,6 +48,7 @@ from larbinpy.links.sitemaps import MAX_NESTING
 from larbinpy.net.backoff import retry_after
 from larbinpy.net.body import BodyError, read_body
 from larbinpy.net.client import LazySession
+from larbinpy.net.docmemory import DocumentMemory, Reservation
 from larbinpy.net.http1 import FetchError, Http1Client, split_http_url
 from larbinpy.net.policy import NetworkPolicy
 from larbinpy.outputs import page_from_response
@@ -149,6 +150,8 @@ class Robots:
         self.on_sitemaps = on_sitemaps
         # verdicts outliving this process (stateDir, or Redis in a cluster); None: memory only
         self.store = store
+        # the process's document memory: a robots.txt body holds its bytes until parsed
+        self.memory: DocumentMemory | None = None
 
     def needs_fetch(self, site: Site, now: float) -> bool:
         """Must robots.txt be (re)fetched before the next page of this site?"""
@@ -187,21 +190,29 @@ class Robots:
                                                    asyncio.get_running_loop().time()):
                 return
         self.stats.robots_fetches += 1
-        status, data, wait = await self._get(site.key + "/robots.txt")
-        now = asyncio.get_running_loop().time()
-        if status == TLS_FAILED:
-            self._bad_certificate(site, now)
-        elif status is not None and status < 500 and status != 429:
-            self._apply(site, data if 200 <= status < 300 else None, now)
-        else:
-            self._failed(site, now, wait)
+        held = (None if self.memory is None
+                else self.memory.reservation(time.monotonic() + self.cfg.timeout_total))
+        try:
+            status, data, wait = await self._get(site.key + "/robots.txt", held)
+            now = asyncio.get_running_loop().time()
+            if status == TLS_FAILED:
+                self._bad_certificate(site, now)
+            elif status is not None and status < 500 and status != 429:
+                self._apply(site, data if 200 <= status < 300 else None, now)
+            else:
+                self._failed(site, now, wait)
+        finally:
+            if held is not None:  # parsed (or failed): its memory goes back
+                held.release()
 
-    async def _get(self, url: str) -> tuple[int | None, bytes, float | None]:
+    async def _get(self, url: str, held: Reservation | None = None,
+                   ) -> tuple[int | None, bytes, float | None]:
         """(status, body, Retry-After seconds) of robots.txt after redirects; status None when
-        unreachable, TLS_FAILED when a certificate did not verify."""
+        unreachable, TLS_FAILED when a certificate did not verify. The bodies read take
+        their memory from `held`."""
         try:
             for _ in range(MAX_ROBOTS_REDIRECTS + 1):
-                status, data, target, wait = await self._get_one(url)
+                status, data, target, wait = await self._get_one(url, held)
                 if target is None:
                     return status, data, wait
                 url = target
@@ -216,7 +227,8 @@ class Robots:
             return None, b"", None
         return 404, b"", None  # RFC 9309: too many redirects means "unavailable": allow all
 
-    async def _get_one(self, url: str) -> tuple[int | None, bytes, str | None, float | None]:
+    async def _get_one(self, url: str, held: Reservation | None = None,
+                       ) -> tuple[int | None, bytes, str | None, float | None]:
         """One request: (status, body, redirect target or None, Retry-After seconds or None)."""
         assert self.session is not None
         target = URL(url)
@@ -231,7 +243,8 @@ class Robots:
             wait = retry_after(resp.headers.get("Retry-After"), self.cfg.max_retry_after)
             body = None
             if self.record is not None:  # archives want every exchange, whatever its status
-                body = await read_body(resp, MAX_ROBOTS_BYTES, truncate=True, keep_raw=True)
+                body = await read_body(resp, MAX_ROBOTS_BYTES, truncate=True, keep_raw=True,
+                                       memory=held)
                 self.record(page_from_response(Job(str(target), 0), resp, body, started))
             if resp.status in REDIRECTS:
                 location = resp.headers.get("Location", "")
@@ -242,7 +255,7 @@ class Robots:
             if not 200 <= resp.status < 300:
                 return resp.status, b"", None, wait
             if body is None:  # RFC 9309: parse at least the first 500 KiB; ignore the rest
-                body = await read_body(resp, MAX_ROBOTS_BYTES, truncate=True)
+                body = await read_body(resp, MAX_ROBOTS_BYTES, truncate=True, memory=held)
             return resp.status, body.data, None, None
 
     def _apply(self, site: Site, data: bytes | None, now: float) -> None:
