@@ -95,7 +95,8 @@ def test_each_range_is_enforced_at_the_line_of_the_key(spec: Key):
     with pytest.raises(ConfigError) as info:
         parse_config(f"From me@x\n{spec.larbin} {below:g}\n", "t.conf")
     # an integer key's syntax has no minus sign: below 0 is a bad value before it is out of range
-    words = "is negative: it must be 0 or more" if below < 0 and spec.parse is parse_int else f"{spec.larbin} must be"
+    words = ("is negative: it must be 0 or more" if below < 0 and spec.parse is parse_int
+             else f"{spec.larbin} must be")
     assert info.value.line == 2 and spec.larbin in str(info.value) and words in str(info.value)
     assert getattr(parse_config(f"{spec.larbin} {low:g}\n"), spec.attr) == low
     if high is not None:

@@ -95,7 +95,8 @@ def run_crawler_process(text: str) -> dict:
 
 def crawl_text(tmp_path: Path, dns: DnsServer, server: h.HostileServer, conf: str) -> str:
     """larbin.conf for a crawl of the server's sites' start pages."""
-    return (f"stateDir {tmp_path}/state\ndnsServers {dns.address}\nallowNetworks 127.0.0.0/8 "
+    return (f"stateDir {tmp_path}/state\nsaveDir {tmp_path}/save\ndnsServers {dns.address}\n"
+            "allowNetworks 127.0.0.0/8 "
             "end\nhttpPort 0\ninputPort 0\nwaitDuration 0\npagesConnexions 20\noutput none\n"
             "exitAtEnd\nforbiddenExtensions .zip end\n" + conf
             + "".join(f"startUrl {server.url(s)}\n" for s in server.sites))
@@ -319,7 +320,8 @@ async def test_the_first_rounds_hostile_checks_stay_under_300_mb(tmp_path: Path)
     web.sites["canary1.test"].pages["/"] = html(
         "/c0.html", web.url("canary2.test", "/"), web.url("flood.test", "/"),
         *(server.url(f"{name}.trap", "/") for name in traps()))
-    text = (f"stateDir {tmp_path}/state\ndnsServers {dns.address}\nallowNetworks 127.0.0.0/8 "
+    text = (f"stateDir {tmp_path}/state\nsaveDir {tmp_path}/save\ndnsServers {dns.address}\n"
+            "allowNetworks 127.0.0.0/8 "
             "end\nhttpPort 0\ninputPort 0\nwaitDuration 0\noutput none\nexitAtEnd\n"
             f"depthInSite 30\nstartUrl {web.url('canary1.test')}\n{TIMEOUTS}maxPageSize {CAP}\n"
             "robots off\npagesConnexions 40\nforbiddenExtensions .zip end\n")
