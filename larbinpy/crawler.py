@@ -276,6 +276,8 @@ class Crawler:
 
     def _resume(self) -> None:
         """Put back what the last checkpoint held in memory, and restart spilled sites."""
+        if self.cluster is None:
+            self._mark_queued_seen()
         finished = self.finished_before = len(self.crawl_log.skip)
         jobs = [j for j in self.saved.jobs if not self.crawl_log.finished_before(j.url)]
         # the FIFOs still hold the finished URLs the checkpoint's jobs did not (skipped later)
@@ -291,6 +293,19 @@ class Crawler:
             # from restoring them a second time
             self.checkpoint()
         self.saved.jobs = []
+
+    def _mark_queued_seen(self) -> None:
+        """A kill between queueing a batch of URLs and marking it seen (LocalAdmission.admit)
+        leaves URLs queued and unseen: the page they came from, fetched again, would queue them
+        a second time (two fetches). They end a FIFO: mark seen its newest URLs back to the
+        first one already seen."""
+        for windows in self.frontier.newest_urls():
+            for urls in windows:
+                fresh = self.seen.missing(urls)
+                if fresh:
+                    self.seen.add(fresh)
+                if len(fresh) < len(urls):
+                    break
 
     async def _load_seeds(self) -> None:
         """startUrl lines, then seedFile, through the input stage."""

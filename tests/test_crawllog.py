@@ -6,6 +6,7 @@ import asyncio
 import json
 import signal
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -24,7 +25,8 @@ def lines(path: Path) -> list[dict[str, object]]:
     """The crawl log's lines, each parsed (a torn or non-JSON line fails the test)."""
     text = path.read_text()
     assert text == "" or text.endswith("\n")
-    return [json.loads(line) for line in text.splitlines()]
+    # lines end at "\n" only: a URL may hold U+2028 (not escaped by JSON), a line for splitlines
+    return [json.loads(line) for line in text.split("\n")[:-1]]
 
 
 def mixed_web() -> list[Site]:
@@ -112,6 +114,32 @@ async def test_sighup_reopens_the_crawl_log_after_logrotate_moved_it(make_web):
     assert old and new
     urls = [line["url"] for line in old + new]
     assert sorted(urls) == sorted(set(tw.pages_fetched())) and len(urls) == 41
+
+
+def test_each_line_is_json_that_reads_back_as_the_outcome_recorded(tmp_path: Path) -> None:
+    """URLs and content types from the web may hold quotes, backslashes, control characters
+    and non-ASCII (never a tab or newline in a normalized URL): every line still parses, to
+    exactly the fields recorded."""
+    nasty = ['http://h.test/a"b', "http://h.test/back\\slash", "http://h.test/\x0b\x0c\x1b\x1c\x85",
+             "http://h.test/\x00\x01\x1f\x7f", "http://h.test/été/日本/\u2028\u2029",
+             "http://h.test/😀?q='x'&y=</script>", "http://h.test/plain"]
+    log = CrawlLog(tmp_path / "crawl.jsonl", tmp_path / "done", resume=False)
+    want, start = [], time.time()
+    for i, url in enumerate(nasty):
+        via = None if i % 3 == 0 else nasty[-1 - i]
+        status = None if i % 2 else 200 + i
+        ctype = [None, "", "text/html", 'text/"odd"\\'][i % 4]
+        kind = [Outcome.success, Outcome.noDNS, Outcome.err40X][i % 3]
+        log.record(Job(url, i, via=via), kind, status, 1000 * i, 7 * i, ctype)
+        want.append({"url": url, "kind": kind.value, "status": status, "bytes": 1000 * i,
+                     "ms": 7 * i, "type": ctype or None, "depth": i, "via": via})
+    log.close()
+    end = time.time()
+    got = lines(tmp_path / "crawl.jsonl")
+    times = [line.pop("t") for line in got]
+    assert all(start - 0.001 <= t <= end + 0.001 and t == round(t, 3) for t in times), times
+    assert got == want
+    assert (tmp_path / "done").read_bytes().decode() == "".join(u + "\n" for u in nasty)
 
 
 def test_a_failed_write_leaves_whole_lines_and_is_counted(tmp_path: Path) -> None:

@@ -387,6 +387,26 @@ class SegmentFifo:
             finally:
                 os.close(fd)
 
+    def newest_urls(self) -> Iterator[list[str]]:
+        """The URLs of every file, newest lines first, a window of whole lines at a time
+        (consumed lines included): where a restart finds the last batch a kill cut short."""
+        self.flush()
+        for seq in reversed(self._segs):
+            path = self._path(seq)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                end, head = os.fstat(fd).st_size, b""  # head: a line begun before the window
+                while end > 0:
+                    lo = max(0, end - READ_BYTES)
+                    data = os.pread(fd, end - lo, lo) + head
+                    end = lo
+                    cut = data.find(b"\n") + 1 if lo else 0
+                    head, data = data[:cut], data[cut:]
+                    if data:
+                        yield [_parse(line, path, lo).url for line in data[:-1].split(b"\n")]
+            finally:
+                os.close(fd)
+
     # --- deleting ---
 
     def release(self, position: Position) -> None:
@@ -472,6 +492,11 @@ class DiskFrontier:
         """Every waiting job, highest priority first, read from the files."""
         for prio in self._order:
             yield from self._fifos[prio].jobs()
+
+    def newest_urls(self) -> Iterator[Iterator[list[str]]]:
+        """Per priority, `SegmentFifo.newest_urls`."""
+        for fifo in self._fifos.values():
+            yield fifo.newest_urls()
 
     def positions(self) -> dict[int, Position]:
         """Read cursor of every priority, for the checkpoint."""

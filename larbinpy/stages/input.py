@@ -68,7 +68,8 @@ class LocalAdmission:
     def admit(self, jobs: list[Job], force: bool = False) -> None:
         """Enqueue durably, then mark seen, in that order (see why below)."""
         # On the FIFO files before marking seen: after a crash a URL may be queued and not in
-        # the bitmap (fetched twice at worst), never in the bitmap and nowhere else (lost).
+        # the bitmap (a restart marks it: Crawler._mark_queued_seen), never in the bitmap and
+        # nowhere else (lost).
         # `force` needs nothing here: the only seen test was the caller's.
         self.frontier.push(jobs)
         self.frontier.flush()

@@ -54,6 +54,19 @@ Answer = Any  # an aiohttp.ClientResponse or an http1.Response: both read alike 
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.\-]*):")
 
 
+class Exchange:
+    """One fetch on its way through the reader: when it started, and what its crawl-log line
+    says of the answer (set as the answer is read)."""
+
+    __slots__ = ("ctype", "nbytes", "start", "status")
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.status: int | None = None
+        self.ctype: str | None = None
+        self.nbytes = 0  # bytes on the wire, when the body was read
+
+
 class Reader:
     """Fetches one job and routes what came back."""
 
@@ -88,8 +101,6 @@ class Reader:
         self.cookies = CookieJar() if cfg.cookies else None
         self.parser = parser  # 2xx pages go on to it (links, outputs)
         self.crawl_log = crawl_log  # each job's final line
-        # what the crawl log says of a fetch in progress: id(job) -> [status, type, bytes]
-        self._answers: dict[int, list[int | str | None]] = {}
 
     def refused(self, site: Site, job: Job) -> bool:
         """Must this job not be requested at all? (If so, its outcome is counted here.)
@@ -121,22 +132,16 @@ class Reader:
         if not self.outputs.ready:  # storage full or a slow hook: back-pressure, not memory
             await self.outputs.wait_ready()
         site.pages += 1
-        start = time.monotonic()
-        answer = self._answers[id(job)] = [None, None, 0]
-        try:
-            kind = await self._request(site, job)
-        finally:
-            del self._answers[id(job)]
+        ex = Exchange(time.monotonic())
+        kind = await self._request(site, job, ex)
         self.stats.count(kind)
         if kind is not Outcome.backedOff:  # a job sent back to its queue ends later
-            status, ctype, nbytes = answer
-            self.crawl_log.record(job, kind, status, nbytes,  # type: ignore[arg-type]
-                                  round((time.monotonic() - start) * 1000), ctype)
+            self.crawl_log.record(job, kind, ex.status, ex.nbytes,
+                                  round((time.monotonic() - ex.start) * 1000), ex.ctype)
 
-    async def _request(self, site: Site, job: Job) -> Outcome:
+    async def _request(self, site: Site, job: Job, ex: Exchange) -> Outcome:
         """Send the request and read the response: the outcome kind."""
         assert self.session is not None
-        start = time.monotonic()
         headers = None
         if self.cookies is not None:
             cookie = self.cookies.header(site.key, _path(job.url, site.key))
@@ -145,56 +150,54 @@ class Reader:
             plain = split_http_url(job.url) if self.http1 is not None else None
             if plain is not None and self.http1 is not None:
                 async with await self.http1.get(*plain, extra=headers) as resp:
-                    return await self._answered(site, job, resp, start)
+                    return await self._answered(site, job, resp, ex)
             # our URLs are canonical and already percent-encoded: yarl need not re-encode them
             url = URL(job.url, encoded=True)
             async with self.session.get(url, allow_redirects=False, headers=headers) as resp:
-                return await self._answered(site, job, resp, start)
+                return await self._answered(site, job, resp, ex)
         except (BodyError, FetchError) as exc:
             return exc.kind
         except Exception as exc:  # noqa: BLE001 - every failure becomes one counted outcome
             return failure_kind(exc, self.session)
 
-    async def _answered(self, site: Site, job: Job, resp: Answer, start: float) -> Outcome:
+    async def _answered(self, site: Site, job: Job, resp: Answer, ex: Exchange) -> Outcome:
         """Keep the site's cookies, then route the response."""
         if self.cookies is not None and "Set-Cookie" in resp.headers:
             cookies = resp.headers.getall("Set-Cookie")
             self.cookies.store(site.key, _path(job.url, site.key), cookies)
-        return await self._response(site, job, resp, start)
+        return await self._response(site, job, resp, ex)
 
-    async def _response(self, site: Site, job: Job, resp: Answer, start: float) -> Outcome:
+    async def _response(self, site: Site, job: Job, resp: Answer, ex: Exchange) -> Outcome:
         """Route one response by status: the outcome kind."""
         self.stats.pages += 1
-        status = resp.status
-        answer = self._answers.get(id(job))
-        if answer is not None:
-            answer[0], answer[1] = status, resp.content_type
+        status = ex.status = resp.status
+        ex.ctype = resp.content_type
         if status not in BACK_OFF_STATUSES:
             self.backoff.answered(site)
         elif self.backoff.retry(site, job, resp.headers.get("Retry-After"),
                                 asyncio.get_running_loop().time()):
-            return await self._archived(site, job, resp, start, Outcome.backedOff)
+            return await self._archived(site, job, resp, ex, Outcome.backedOff)
         # (a 429/503 whose retries are spent is counted by its status)
         if 200 <= status < 300:
-            return await self._ok(site, job, resp, start)
+            return await self._ok(site, job, resp, ex)
         if 300 <= status < 400:
             kind = self._redirect(job, status, resp.headers.get("Location"))
         else:
             kind = (Outcome.err50X if status >= 500 else Outcome.err40X if status >= 400
                     else Outcome.badType)
-        return await self._archived(site, job, resp, start, kind)
+        return await self._archived(site, job, resp, ex, kind)
 
-    async def _ok(self, site: Site, job: Job, resp: Answer, start: float) -> Outcome:
+    async def _ok(self, site: Site, job: Job, resp: Answer, ex: Exchange) -> Outcome:
         """A 2xx: a sitemap's URLs to input; a page of a wanted type to the parser, unless
         noDup has seen its body."""
         if job.kind == JobKind.SITEMAP:
-            page = await self._page(site, job, resp, start, SITEMAP_MAX_BYTES, truncate=True)
+            page = await self._page(site, job, resp, ex, SITEMAP_MAX_BYTES, truncate=True)
             if self.keep_raw:  # archived like robots.txt, not as a page of the crawl
                 self.parser.pass_on(self.outputs.record_robots, page)
             return take_sitemap(job, page.body, self.input, self.stats)
         if not self._wanted_type(resp.content_type, job.url):
             return Outcome.badType
-        page = await self._page(site, job, resp, start)
+        page = await self._page(site, job, resp, ex)
         if self.contents is not None and self._seen_body(page.body):
             self.parser.pass_on(self.outputs.record_duplicate, page)  # archives: a revisit
             return Outcome.duplicate
@@ -202,30 +205,28 @@ class Reader:
         return Outcome.success
 
     async def _archived(
-        self, site: Site, job: Job, resp: Answer, start: float, kind: Outcome
+        self, site: Site, job: Job, resp: Answer, ex: Exchange, kind: Outcome
     ) -> Outcome:
         """An answer that is not a page of the crawl: `kind`, after handing the exchange to
         the archives (when there are any: they want every exchange)."""
         if self.keep_raw:
-            self.parser.pass_on(self.outputs.write, await self._page(site, job, resp, start))
+            self.parser.pass_on(self.outputs.write, await self._page(site, job, resp, ex))
         return kind
 
     async def _page(
-        self, site: Site, job: Job, resp: Answer, start: float,
+        self, site: Site, job: Job, resp: Answer, ex: Exchange,
         limit: int | None = None, truncate: bool = False,
     ) -> Page:
         """Read the body under the limits and describe the exchange."""
-        held = self.memory.reservation(start + self.cfg.timeout_total)
+        held = self.memory.reservation(ex.start + self.cfg.timeout_total)
         body = await read_body(
             resp, limit or self.cfg.max_page_size, keep_raw=self.keep_raw, limiter=self.limiter,
             min_rate=self.cfg.min_rate, truncate=truncate, memory=held,
         )
         self.parser.hold(held)  # given back once this turn's documents are parsed
+        ex.nbytes = body.wire_bytes
         self.stats.bytes += body.wire_bytes
-        answer = self._answers.get(id(job))
-        if answer is not None:
-            answer[2] = body.wire_bytes
-        return page_from_response(job, resp, body, start, site.ip.addr if site.ip else "")
+        return page_from_response(job, resp, body, ex.start, site.ip.addr if site.ip else "")
 
     def _redirect(self, job: Job, status: int, location: str | None) -> Outcome:
         """A 3xx: its target goes back to input as a new job, one hop further.
