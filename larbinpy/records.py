@@ -57,7 +57,10 @@ class IpSlot:
     addr: str
     in_flight: int = 0
     ready_at: float = 0.0
+    # the sites its fetches or its clock hold back, first come first served (the opener's)
     waiting: deque[Site] = field(default_factory=deque)
+    queued: int = 0  # its sites on the opener's ready queue: each holds one of its places
+    timer: asyncio.TimerHandle | None = None  # wakes `waiting` when `ready_at` passes
     users: int = 0  # sites attached to it: a slot no site uses is forgotten with them
 
 
@@ -148,7 +151,7 @@ class Site:
     pages: int = 0
     in_ready: bool = False  # already on the opener's ready queue
     waiting_ip: bool = False  # already parked on its IP's waiting list
-    timer: asyncio.TimerHandle | None = None
+    timer: asyncio.TimerHandle | None = None  # only for its own clock, never its IP's
 
 
 @dataclass(slots=True)

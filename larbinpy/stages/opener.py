@@ -2,10 +2,14 @@
 
 A fixed pool of `pagesConnexions` workers takes sites from a ready queue. A site is ready
 when its DNS is known, it has work (robots.txt first, then its queued jobs), it has fewer
-than `connectionsPerHost` fetches running, and both its own clock and its IP's clock allow
-(`waitDuration`, or a larger robots.txt Crawl-delay, since the end of the last fetch).
-A site that must wait is parked on a timer (`loop.call_at`) or on its IP's waiting list;
-nothing polls, and no worker holds a slot while a site waits.
+than `connectionsPerHost` fetches running, its IP has a free place (fewer than
+`connectionsPerHost` fetches running or sites on the ready queue), and both its own clock and
+its IP's clock allow (`waitDuration`, or a larger robots.txt Crawl-delay, since the end of the
+last fetch). A site whose own clock is the later one waits on its own timer (`loop.call_at`);
+a site its IP holds back (busy, or its clock not yet due) waits in the IP's FIFO, and the IP
+wakes only as many of them as it has places, from one timer of its own: a fetch costs the same
+whether one site or a hundred thousand share its IP. Nothing polls, and no worker holds a slot
+while a site waits.
 
 The fetches themselves are seams the opener is given (`PageFetch`, `RobotsFetch`): the
 reader's and the robots stage's `fetch` in the embedded crawl; in a cluster, the same wrapped
@@ -21,7 +25,7 @@ from typing import Protocol
 
 from larbinpy.config import Config
 from larbinpy.frontier.sites import Sites
-from larbinpy.records import Job, Site, SiteState
+from larbinpy.records import IpSlot, Job, Site, SiteState
 from larbinpy.stages.reader import Reader
 from larbinpy.stages.robots import Robots
 
@@ -69,7 +73,8 @@ class Opener:
         self.fetch_page, self.fetch_robots = fetch_page, fetch_robots
         self.per_host = cfg.connections_per_host
         self.ip_gap = cfg.wait_duration
-        self.ready: asyncio.Queue[Site] = asyncio.Queue()
+        # each entry holds one of its IP's places (`IpSlot.queued`) until a worker takes it
+        self.ready: asyncio.Queue[tuple[Site, IpSlot]] = asyncio.Queue()
         self.in_flight = 0
         self.active: dict[int, Job] = {}  # jobs being fetched, saved by a checkpoint
         self.stopping = False
@@ -78,24 +83,28 @@ class Opener:
         """The `pagesConnexions` workers."""
         return [asyncio.ensure_future(self._worker()) for _ in range(self.cfg.pages_connexions)]
 
-    def consider(self, site: Site) -> None:
-        """Something changed for this site: make it ready, park it, or leave it."""
-        if site.in_ready or site.state not in (SiteState.READY, SiteState.ROBOTS):
+    def consider(self, site: Site, *, front: bool = False) -> None:
+        """Something changed for this site: make it ready, park it, or leave it. A site in its
+        IP's FIFO is left there: its IP wakes it (`front`: it goes back to the FIFO's head)."""
+        if site.in_ready or site.waiting_ip or site.state not in (SiteState.READY,
+                                                                  SiteState.ROBOTS):
             return
         loop = asyncio.get_running_loop()
         verdict = self._verdict(site, loop.time())
         if verdict == "go":
+            ip = site.ip
+            assert ip is not None
             site.in_ready = True
-            self.ready.put_nowait(site)
+            ip.queued += 1
+            self.ready.put_nowait((site, ip))
         elif verdict == "ip":
-            if not site.waiting_ip:  # its IP's next release wakes it
-                site.waiting_ip = True
-                site.ip.waiting.append(site)  # type: ignore[union-attr]
+            self._wait_ip(site, front)
         elif isinstance(verdict, float):
             self._park(site, verdict, loop)
 
     def _verdict(self, site: Site, now: float) -> str | float | None:
-        """"go", "ip" (its IP is busy), a time to wait for, or None (nothing to do now)."""
+        """"go", "ip" (its IP is busy or its IP's clock is the later one), a time to wait for
+        on its own clock, or None (nothing to do now)."""
         if not self.sites.has_work(site):
             return None  # robots.txt is fetched for a site's pages, never for its own sake
         robots_first = self.robots.needs_fetch(site, now)
@@ -103,13 +112,56 @@ class Opener:
             return None  # the end of the running fetch considers the site again
         ip = site.ip
         assert ip is not None
-        if ip.in_flight >= self.per_host:
+        if site.ready_at > now and site.ready_at > ip.ready_at:
+            return site.ready_at
+        if ip.in_flight + ip.queued >= self.per_host or ip.ready_at > now:
             return "ip"
-        at = max(site.ready_at, ip.ready_at)
-        return at if at > now else "go"
+        return "go"
+
+    def _wait_ip(self, site: Site, front: bool) -> None:
+        """The site waits in its IP's FIFO, without a timer of its own."""
+        ip = site.ip
+        assert ip is not None
+        if site.timer is not None:
+            site.timer.cancel()
+            site.timer = None
+        site.waiting_ip = True
+        if front:
+            ip.waiting.appendleft(site)
+        else:
+            ip.waiting.append(site)
+        self._wake_ip(ip)  # its clock may be all that holds the site: the IP's timer then
+
+    def _wake_ip(self, ip: IpSlot) -> None:
+        """Wake the sites waiting on an IP, as many as it has places for now, or arm the IP's
+        one timer for when its clock is due.
+
+        The order is important: this runs after every change that can free a place on the IP
+        (a fetch ends, a site leaves the ready queue without fetching, a site joins the FIFO,
+        the IP's timer fires), so that whenever the IP has a place and sites wait, either one
+        is being woken or the IP's timer is armed for its clock; the FIFO never stalls. Each
+        site popped goes to the ready queue (taking a place), or parks on its own later clock,
+        or leaves the FIFO (no work, or its own fetches at the limit: their end considers it).
+        """
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        while ip.waiting and ip.in_flight + ip.queued < self.per_host:
+            if ip.ready_at > now:
+                # `ready_at` only grows: an armed timer fires at or before it and re-arms
+                if ip.timer is None:
+                    ip.timer = loop.call_at(ip.ready_at, self._ip_due, ip)
+                return
+            site = ip.waiting.popleft()
+            site.waiting_ip = False
+            self.consider(site)
+
+    def _ip_due(self, ip: IpSlot) -> None:
+        """An IP's timer fired: its clock may be due."""
+        ip.timer = None
+        self._wake_ip(ip)
 
     def _park(self, site: Site, at: float, loop: asyncio.AbstractEventLoop) -> None:
-        """Wake the site at `at` (one timer per site)."""
+        """Wake the site at `at`, its own clock (one timer per site)."""
         if site.timer is not None:
             if site.timer.when() <= at:
                 return
@@ -125,25 +177,31 @@ class Opener:
         """One connection slot: take a ready site, fetch its next job, repeat."""
         loop = asyncio.get_running_loop()
         while not self.stopping:
-            site = await self.ready.get()
+            site, ip = await self.ready.get()
             site.in_ready = False
+            ip.queued -= 1  # its place on the IP: taken by its fetch, or woken for another
             if self.stopping:
                 break
             try:
-                await self._turn(site, loop.time())
+                await self._turn(site, ip, loop.time())
             except Exception:  # a bug must cost one fetch, never a connection slot for good
                 log.exception("bug in the opener for %s", site.key)
+                self._wake_ip(ip)
 
-    async def _turn(self, site: Site, now: float) -> None:
-        """A ready site's turn: robots.txt first if due, else its next job."""
-        # the site waited in the queue: another worker may have used its turn meanwhile
+    async def _turn(self, site: Site, ip: IpSlot, now: float) -> None:
+        """A ready site's turn: robots.txt first if due, else its next job. `ip` is the slot
+        whose place it held on the ready queue."""
+        # the site waited in the queue: a fetch that ended meanwhile may have restarted its
+        # IP's clock (it keeps its turn at the head of the IP's FIFO), or its own
         if self._verdict(site, now) != "go":
-            self.consider(site)
+            self.consider(site, front=True)
+            self._wake_ip(ip)
         elif self.robots.needs_fetch(site, now):
             await self._run(site, None)
         elif (job := self._next_fetchable(site)) is not None:
             await self._run(site, job)
         else:  # every job it had was refused without a request: no politeness wait is owed
+            self._wake_ip(ip)
             self.consider(site)
             self.sites.rest(site)
             self.on_fetch_done()
@@ -195,7 +253,7 @@ class Opener:
             self._release(site, asyncio.get_running_loop().time())
 
     def _release(self, site: Site, now: float) -> None:
-        """A fetch ended: restart both clocks, then wake this site and its IP's waiters."""
+        """A fetch ended: restart both clocks, then wake its IP's waiters and this site."""
         ip = site.ip
         assert ip is not None
         site.in_flight -= 1
@@ -203,10 +261,9 @@ class Opener:
         self.in_flight -= 1
         site.ready_at = max(site.ready_at, now + site.delay)
         ip.ready_at = max(ip.ready_at, now + self.ip_gap)
+        # the sites that waited for the IP come first, this one behind them: one site with
+        # many pages does not keep a shared IP to itself
+        self._wake_ip(ip)
         self.consider(site)
         self.sites.rest(site)
-        while ip.waiting and ip.in_flight < self.per_host:
-            other = ip.waiting.popleft()
-            other.waiting_ip = False
-            self.consider(other)
         self.on_fetch_done()
