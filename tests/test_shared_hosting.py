@@ -10,6 +10,9 @@ saw it.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -102,3 +105,32 @@ async def test_hundreds_of_sites_waiting_on_one_ip_clock_cost_a_bounded_work_per
     # the waiting sites take turns: none comes back before the others had theirs
     after_index = [h.host for h in hits[2:]]
     assert len(after_index) >= 4 and len(set(after_index)) == len(after_index), after_index
+
+
+def bench_json(*args: str) -> dict:
+    """`larbinpy bench ARGS --json` in a child process: its result (it must exit 0)."""
+    proc = subprocess.run([sys.executable, "-m", "larbinpy", "bench", *args, "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_bench_shared_ip_reports_both_thirds_of_the_crawl() -> None:
+    """--shared-ip 30: 30 pages of a web of 241 hosts on one IP, the pace of its first and
+    last thirds (figures are not asserted, only sanity)."""
+    result = bench_json("--shared-ip", "30", "--output", "none")
+    assert result["hosts"] == 241 and result["crawl"]["pages"] >= 30
+    assert result["warnings"] == []
+    first, last = result["first_third"], result["last_third"]
+    assert first["pages"] == last["pages"] == 10
+    assert first["pages_per_s"] > 0 and last["pages_per_s"] > 0
+    assert result["last_over_first"] == round(last["pages_per_s"] / first["pages_per_s"], 3)
+
+
+def test_bench_shared_ip_with_a_wait_keeps_the_ip_clock() -> None:
+    """--shared-ip with --wait: one IP, one place on it: never more than a page per wait."""
+    wait = 0.1
+    result = bench_json("--shared-ip", "9", "--wait", str(wait), "--per-host", "1",
+                        "--output", "none")
+    for third in (result["first_third"], result["last_third"]):
+        assert 0 < third["pages_per_s"] <= 1 / wait

@@ -27,9 +27,11 @@ class SynthServer:
     """`python -m larbinpy.bench.synth serve` as a child process; a context manager."""
 
     def __init__(self, hosts: int, pages: int, workdir: Path, *, page_bytes: int = 15000,
-                 links: int = 40, shape: str = "plain") -> None:
+                 links: int = 40, shape: str = "plain",
+                 serve_args: tuple[str, ...] = ()) -> None:
         self.hosts, self.pages = hosts, pages
         self.page_bytes, self.links, self.shape = page_bytes, links, shape
+        self.serve_args = serve_args  # more options of `synth serve` (e.g. --max-ips 1)
         self.ready_file = workdir / "synth.ready"
         self.proc: subprocess.Popen[bytes] | None = None
         self.http_port = self.dns_port = 0
@@ -40,7 +42,8 @@ class SynthServer:
                "--hosts", str(self.hosts), "--pages", str(self.pages),
                "--page-bytes", str(self.page_bytes), "--links", str(self.links),
                "--page-shape", self.shape,
-               "--http-port", "0", "--dns-port", "0", "--ready-file", str(self.ready_file)]
+               "--http-port", "0", "--dns-port", "0", "--ready-file", str(self.ready_file),
+               *self.serve_args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
         try:
             self._wait_ready()

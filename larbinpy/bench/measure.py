@@ -17,7 +17,8 @@ the crawler itself adds on top of fetching. The crawl runs first because peak RS
 (ru_maxrss) is a process-lifetime figure; measured first, it is the crawl's peak.
 
 Other modes: `--nodes` (clusters of processes, `cluster.py`) and `--micro`, `--frontier`,
-`--hashset` (one structure alone, `micro.py`), `--seen` (the seen-set alone, `seen_bench`).
+`--hashset` (one structure alone, `micro.py`), `--seen` (the seen-set alone, `seen_bench`),
+`--shared-ip` (thousands of hosts on one IP: does the crawl keep its pace, `shared_ip_bench`).
 """
 
 from __future__ import annotations
@@ -359,6 +360,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=float, default=0.0,
                    help="waitDuration: > 0 measures politeness (use --per-host 1); the ideal "
                         "is one page per host every WAIT seconds [0]")
+    p.add_argument("--shared-ip", type=int, metavar="N", default=0,
+                   help="instead: crawl N pages of a web whose hosts all share one IP, each "
+                        "page linking 8 random hosts of it (8N+1 hosts: new ones keep coming, "
+                        "as behind wildcard DNS); pages/s and CPU per page in the first and "
+                        "last thirds. With --wait 1 the IP allows one fetch (robots.txt "
+                        "included) per second per --per-host place: keep N to a few hundred")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--micro", action="store_true",
                    help="instead: the URL normalizer (µs per link) and the link extractor (µs "
@@ -535,6 +542,117 @@ def nodes_bench(args: argparse.Namespace) -> int:
     return run_and_report(args, bench_nodes, report_nodes)
 
 
+SHARED_LINKS = 8  # links on a page of --shared-ip, each to a random host of the one IP
+
+
+def shared_ip_bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """`--shared-ip N`: crawl N pages of a web of 8N+1 hosts on one IP; the pace and the CPU
+    per page of the first and the last third of the pages."""
+    n = args.shared_ip
+    hosts = SHARED_LINKS * n + 1
+    serve = ("--max-ips", "1", "--cross-host", "1")
+    with SynthServer(hosts, 1, workdir, page_bytes=args.page_bytes, links=SHARED_LINKS,
+                     serve_args=serve) as server:
+        run, outcomes, starts, cpu = _crawl_shared(args, server, workdir)
+    starts = starts[:n]  # fetches running when the crawl was told to stop start after
+    third = n // 3
+    result: dict[str, Any] = {
+        "pages_wanted": n, "hosts": hosts, "links": SHARED_LINKS, "wait": args.wait,
+        "connections": args.connections, "per_host": args.per_host, "output": args.output,
+        "loop": loop_name(), "crawl": run.as_dict(), "outcomes": outcomes, "warnings": [],
+    }
+    if len(starts) < n or third < 2:
+        result["warnings"].append(f"the crawl ended after {len(starts)} pages, not {n} "
+                                  "(N must be 6 or more)")
+        return result
+    first = _third(starts, cpu, 0, third)
+    last = _third(starts, cpu, n - 1 - third, n - 1)
+    result.update(first_third=first, last_third=last,
+                  last_over_first=round(last["pages_per_s"] / first["pages_per_s"], 3))
+    return result
+
+
+def _crawl_shared(args: argparse.Namespace, server: SynthServer, workdir: Path
+                  ) -> tuple[Run, dict[str, int], list[float], dict[int, float]]:
+    """Crawl from host 0 until N page fetches started; their start times, and this process's
+    CPU seconds at each page number `_third` needs."""
+    from larbinpy.config import parse_config
+    from larbinpy.crawler import Crawler
+
+    n = args.shared_ip
+    third = n // 3
+    marks = {0, third, n - 1 - third, n - 1}
+    starts: list[float] = []
+    cpu: dict[int, float] = {}
+    crawlers: list[Crawler] = []
+
+    def started(site: Any, job: Any) -> None:
+        if len(starts) in marks:
+            cpu[len(starts)] = cpu_seconds()[0]
+        starts.append(time.monotonic())
+        if len(starts) == n:
+            crawlers[0].request_stop()
+
+    config = (
+        f"UserAgent larbinpy-bench\ndnsServers 127.0.0.1:{server.dns_port}\n"
+        f"allowNetworks 127.0.0.0/8 end\npagesConnexions {args.connections}\n"
+        f"connectionsPerHost {args.per_host}\nwaitDuration {args.wait}\n"
+        f"startUrl http://{host_name(0)}:{server.http_port}/\nexitAtEnd\n"
+        f"httpPort 0\ninputPort 0\noutput {args.output}\n"
+        f"saveDir {workdir / 'save'}\nstateDir {workdir / 'state'}\n"
+        f"hashSize {HASH_BITS}\nhashFunctions {HASH_FUNCTIONS}\n"
+    )
+    cfg = parse_config(config, str(workdir / "larbin.conf"))
+
+    async def crawl() -> int:
+        """Build the crawler on the running loop, then crawl."""
+        crawlers.append(Crawler(cfg, scratch=True, on_page_fetch=started))
+        return await crawlers[0].run()
+
+    tune_allocator()
+    tune_gc()
+    code, wall, cpu_s, sys_s = measured(crawl)
+    if code != 0:
+        raise RuntimeError(f"crawl exited with code {code}")
+    stats = crawlers[0].stats
+    outcomes = {str(k): v for k, v in stats.outcomes.items() if v}
+    run = Run(outcomes.get("success", 0), wall, cpu_s, sys_s, peak_rss_mb(), stats.bytes)
+    return run, outcomes, starts, cpu
+
+
+def _third(starts: list[float], cpu: dict[int, float], a: int, b: int) -> dict[str, float]:
+    """Pages/s and CPU ms per page from page fetch `a` to page fetch `b` (started)."""
+    seconds = starts[b] - starts[a]
+    spent = cpu[b] - cpu[a] if a in cpu and b in cpu else float("nan")
+    return {"pages": b - a, "seconds": round(seconds, 3),
+            "pages_per_s": round((b - a) / seconds, 1) if seconds > 0 else 0.0,
+            "cpu_ms_per_page": round(spent / (b - a) * 1000, 3)}
+
+
+def shared_ip_text(result: dict[str, Any]) -> str:
+    """The report of `--shared-ip`."""
+    r = result["crawl"]
+    lines = [f"larbinpy bench --shared-ip {result['pages_wanted']}: {result['hosts']} hosts on "
+             f"one IP, each page linking {result['links']} of them; waitDuration "
+             f"{result['wait']}, {result['per_host']} per host, {result['connections']} "
+             f"connections, output {result['output']} in {result.get('dir', '?')}, "
+             f"loop {result['loop']}",
+             f"  crawl: {r['pages']} pages in {r['seconds']:.2f} s = {r['pages_per_s']:.1f} "
+             f"pages/s; CPU {r['cpu_seconds']:.2f} s = {r['cpu_ms_per_page']:.3f} ms/page"]
+    for name in ("first_third", "last_third"):
+        if name in result:
+            t = result[name]
+            lines.append(f"  {name.replace('_', ' ')}: {t['pages']} pages in "
+                         f"{t['seconds']:.2f} s = {t['pages_per_s']:.1f} pages/s; CPU "
+                         f"{t['cpu_ms_per_page']:.3f} ms/page")
+    if "last_over_first" in result:
+        lines.append(f"  last third / first third: pages/s x{result['last_over_first']:.3f} "
+                     "(issue 21 asks for at least x0.70)")
+    lines.append(f"  crawl outcomes: {result['outcomes']}")
+    lines += [f"WARNING: {w}" for w in result["warnings"]]
+    return "\n".join(lines)
+
+
 def default_dir(candidate: str = "/dev/shm", room: int = 2 << 30) -> str | None:
     """Where the bench writes unless --dir says: `candidate` (memory) when it is a writable
     folder with `room` bytes free, else None (the system's temporary directory).
@@ -578,4 +696,6 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(-1)  # warnings only: logging must not cost the crawl CPU
     if args.nodes:
         return nodes_bench(args)
+    if args.shared_ip:
+        return run_and_report(args, shared_ip_bench, shared_ip_text)
     return run_and_report(args, bench, report_text)
