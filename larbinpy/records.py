@@ -59,7 +59,7 @@ class IpSlot:
     ready_at: float = 0.0
     # the sites its fetches or its clock hold back, first come first served (the opener's)
     waiting: deque[Site] = field(default_factory=deque)
-    queued: int = 0  # its sites on the opener's ready queue: each holds one of its places
+    in_ready: int = 0  # its sites on the opener's ready queue: each holds one of its places
     timer: asyncio.TimerHandle | None = None  # wakes `waiting` when `ready_at` passes
     users: int = 0  # sites attached to it: a slot no site uses is forgotten with them
 

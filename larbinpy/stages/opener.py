@@ -73,7 +73,7 @@ class Opener:
         self.fetch_page, self.fetch_robots = fetch_page, fetch_robots
         self.per_host = cfg.connections_per_host
         self.ip_gap = cfg.wait_duration
-        # each entry holds one of its IP's places (`IpSlot.queued`) until a worker takes it
+        # each entry holds one of its IP's places (`IpSlot.in_ready`) until a worker takes it
         self.ready: asyncio.Queue[tuple[Site, IpSlot]] = asyncio.Queue()
         self.in_flight = 0
         self.active: dict[int, Job] = {}  # jobs being fetched, saved by a checkpoint
@@ -95,7 +95,7 @@ class Opener:
             ip = site.ip
             assert ip is not None
             site.in_ready = True
-            ip.queued += 1
+            ip.in_ready += 1
             self.ready.put_nowait((site, ip))
         elif verdict == "ip":
             self._wait_ip(site, front)
@@ -114,7 +114,7 @@ class Opener:
         assert ip is not None
         if site.ready_at > now and site.ready_at > ip.ready_at:
             return site.ready_at
-        if ip.in_flight + ip.queued >= self.per_host or ip.ready_at > now:
+        if ip.in_flight + ip.in_ready >= self.per_host or ip.ready_at > now:
             return "ip"
         return "go"
 
@@ -145,7 +145,7 @@ class Opener:
         """
         loop = asyncio.get_running_loop()
         now = loop.time()
-        while ip.waiting and ip.in_flight + ip.queued < self.per_host:
+        while ip.waiting and ip.in_flight + ip.in_ready < self.per_host:
             if ip.ready_at > now:
                 # `ready_at` only grows: an armed timer fires at or before it and re-arms
                 if ip.timer is None:
@@ -179,7 +179,7 @@ class Opener:
         while not self.stopping:
             site, ip = await self.ready.get()
             site.in_ready = False
-            ip.queued -= 1  # its place on the IP: taken by its fetch, or woken for another
+            ip.in_ready -= 1  # its place on the IP: taken by its fetch, or woken for another
             if self.stopping:
                 break
             try:
