@@ -2,14 +2,14 @@
 
 A fixed pool of `pagesConnexions` workers takes sites from a ready queue. A site is ready
 when its DNS is known, it has work (robots.txt first, then its queued jobs), it has fewer
-than `connectionsPerHost` fetches running, its IP has a free place (fewer than
-`connectionsPerHost` fetches running or sites on the ready queue), and both its own clock and
-its IP's clock allow (`waitDuration`, or a larger robots.txt Crawl-delay, since the end of the
-last fetch). A site whose own clock is the later one waits on its own timer (`loop.call_at`);
-a site its IP holds back (busy, or its clock not yet due) waits in the IP's FIFO, and the IP
-wakes only as many of them as it has places, from one timer of its own: a fetch costs the same
-whether one site or a hundred thousand share its IP. Nothing polls, and no worker holds a slot
-while a site waits.
+than `connectionsPerHost` fetches running, its IP has a free place (the IP's fetches running
+plus its sites on the ready queue are fewer than `connectionsPerHost`), and both its own clock
+and its IP's clock allow (`waitDuration`, or a larger robots.txt Crawl-delay, since the end of
+the last fetch). A site whose own clock is the later one waits on its own timer
+(`loop.call_at`); a site its IP holds back (no free place, or its clock not yet due) waits in
+the IP's FIFO, and the IP wakes only as many of them as it has places, from one timer of its
+own: a fetch costs the same whether one site or tens of thousands share its IP. Nothing polls,
+and no worker holds a slot while a site waits.
 
 The fetches themselves are seams the opener is given (`PageFetch`, `RobotsFetch`): the
 reader's and the robots stage's `fetch` in the embedded crawl; in a cluster, the same wrapped
