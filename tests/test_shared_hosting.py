@@ -102,9 +102,14 @@ async def test_hundreds_of_sites_waiting_on_one_ip_clock_cost_a_bounded_work_per
     assert tw.web.max_concurrency(SHARED_IP) == 1
     # the server stamps `end` a little after the crawler saw the response end
     assert min(gaps(hits)) >= wait - 0.02, gaps(hits)
-    # the waiting sites take turns: none comes back before the others had theirs
-    after_index = [h.host for h in hits[2:]]
-    assert len(after_index) >= 4 and len(set(after_index)) == len(after_index), after_index
+    # the waiting sites take turns, each its robots.txt then the page it was fetched for
+    after_index = [(h.host, h.path) for h in hits[2:]]
+    assert len(after_index) >= 4
+    for i, (name, path) in enumerate(after_index):
+        assert path == ("/robots.txt" if i % 2 == 0 else "/"), after_index
+        assert name == after_index[i - i % 2][0], after_index
+    pages = [name for name, path in after_index if path == "/"]
+    assert len(set(pages)) == len(pages), after_index
 
 
 def bench_json(*args: str) -> dict:

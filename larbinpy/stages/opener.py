@@ -250,9 +250,9 @@ class Opener:
             log.exception("bug while fetching %s", job.url if job else site.key)
             self.active.pop(id(job), None)
         finally:
-            self._release(site, asyncio.get_running_loop().time())
+            self._release(site, asyncio.get_running_loop().time(), robots=job is None)
 
-    def _release(self, site: Site, now: float) -> None:
+    def _release(self, site: Site, now: float, robots: bool = False) -> None:
         """A fetch ended: restart both clocks, then wake its IP's waiters and this site."""
         ip = site.ip
         assert ip is not None
@@ -261,9 +261,16 @@ class Opener:
         self.in_flight -= 1
         site.ready_at = max(site.ready_at, now + site.delay)
         ip.ready_at = max(ip.ready_at, now + self.ip_gap)
-        # the sites that waited for the IP come first, this one behind them: one site with
-        # many pages does not keep a shared IP to itself
-        self._wake_ip(ip)
-        self.consider(site)
+        if robots:
+            # robots.txt is fetched for the site's pages, not as its turn: its next page comes
+            # first (else on a shared IP that keeps finding new hosts, their robots.txt would
+            # all go before any of their pages, and pages would come in waves)
+            self.consider(site, front=True)
+            self._wake_ip(ip)
+        else:
+            # the sites that waited for the IP come first, this one behind them: one site
+            # with many pages does not keep a shared IP to itself
+            self._wake_ip(ip)
+            self.consider(site)
         self.sites.rest(site)
         self.on_fetch_done()
