@@ -552,7 +552,7 @@ def shared_ip_bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     hosts = SHARED_LINKS * n + 1
     serve = ("--max-ips", "1", "--cross-host", "1")
     with SynthServer(hosts, 1, workdir, page_bytes=args.page_bytes, links=SHARED_LINKS,
-                     serve_args=serve) as server:
+                     shape=args.page_shape, serve_args=serve) as server:
         run, outcomes, starts, cpu = _crawl_shared(args, server, workdir)
     starts = starts[:n]  # fetches running when the crawl was told to stop start after
     third = n // 3
