@@ -409,7 +409,9 @@ class Config:
         "what a resume reads", syntax="directory",
     )
     hash_size: int = key(
-        1 << 30, "hashSize", "size of the URL hash set that tells seen URLs from new ones",
+        1 << 27, "hashSize", "size of the URL hash set that tells seen URLs from new ones (with "
+        "`seenSet exact` only a filter in front of the fingerprints: memory, not loss; with "
+        "`seenSet bitmap` raise it for a large crawl, see check-config)",
         parse=parse_int, unit="bits", bounds=(1024, 1 << 40),
     )
     hash_functions: int = key(
