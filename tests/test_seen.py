@@ -237,3 +237,12 @@ def test_bench_seen_counts_what_each_seen_set_loses(tmp_path: Path):
     assert bitmap["lost"] > 1000  # 20,000 URLs in 16,384 bits
     assert exact["links_tested"] == bitmap["links_tested"] > 3 * 20_000
     assert exact["us_per_link"] > 0 and exact["peak_rss_mb"] > 0
+
+
+def test_hash_size_defaults_small_only_where_the_fingerprints_decide():
+    from larbinpy.config import parse_config
+
+    assert parse_config("").hash_size == 1 << 27  # exact: the bitmap is a filter (16 MiB)
+    assert parse_config("seenSet bitmap\n").hash_size == 1 << 30  # its fill is the loss
+    assert parse_config("cluster redis://127.0.0.1:6379/0\n").hash_size == 1 << 30
+    assert parse_config("seenSet bitmap\nhashSize 2^20\n").hash_size == 1 << 20
