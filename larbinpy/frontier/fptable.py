@@ -100,30 +100,25 @@ class FingerprintTable:
             n += len(data) // 8 - array("Q", data).count(0)
         return n
 
-    def _window(self, fp: int) -> tuple[int, array[int]]:
-        """(bucket, the slots from the fingerprint's home slot on): WINDOW of them, fewer at the
-        bucket's end; one pread, so only those bytes are copied."""
-        b, home = fp % self.buckets, (fp >> 40) % SLOTS
-        n = min(WINDOW, SLOTS - home)
-        return b, array("Q", os.pread(self._fd, 8 * n, b * BUCKET_BYTES + 8 * home))
-
     def _whole(self, b: int) -> array[int]:
         """A bucket's slots, for a probe that ran past its window."""
         return array("Q", os.pread(self._fd, BUCKET_BYTES, b * BUCKET_BYTES))
 
     def contains(self, fps: list[int]) -> list[bool]:
         """Whether each fingerprint is stored (a read of WINDOW slots, rarely of a bucket)."""
-        out = []
+        out, fd, nb = [], self._fd, self.buckets
         for fp in fps:
             # Slots are never emptied, so a stored fingerprint sits between its home slot and
             # the first empty slot after it: found in the window, or absent if it has a 0.
-            b, window = self._window(fp)
+            home = (fp >> 40) % SLOTS
+            window = array("Q", os.pread(fd, 8 * min(WINDOW, SLOTS - home),
+                                         (fp % nb) * BUCKET_BYTES + 8 * home))
             if fp in window:
                 out.append(True)
             elif 0 in window:
                 out.append(False)
             else:
-                out.append(fp in self._whole(b))
+                out.append(fp in self._whole(fp % nb))
         return out
 
     def add(self, fps: Iterable[int]) -> None:
@@ -139,19 +134,21 @@ class FingerprintTable:
 
     def _add_one(self, fp: int) -> bool:
         """Write one fingerprint into its first free slot (8 bytes); False if its bucket is full."""
-        b, window = self._window(fp)
+        home, b = (fp >> 40) % SLOTS, fp % self.buckets
+        at = b * BUCKET_BYTES + 8 * home
+        window = array("Q", os.pread(self._fd, 8 * min(WINDOW, SLOTS - home), at))
         if fp in window:
             return True
-        home = (fp >> 40) % SLOTS
         try:
-            i = home + window.index(0)
+            at += 8 * window.index(0)
         except ValueError:
             found, i = _probe(self._whole(b), fp)  # past the window (or wrapped round)
             if found:
                 return True
             if i < 0:
                 return False
-        os.pwrite(self._fd, fp.to_bytes(8, _ORDER), b * BUCKET_BYTES + 8 * i)
+            at = b * BUCKET_BYTES + 8 * i
+        os.pwrite(self._fd, fp.to_bytes(8, _ORDER), at)
         self.count += 1
         return True
 
