@@ -16,7 +16,8 @@ from conftest import html, until
 from larbinpy.daemon.status import snapshot
 from larbinpy.daemon.statuspage import metrics_text
 from larbinpy.demo import Page, Site
-from larbinpy.frontier.seen import BitmapSeenSet, ExactSeenSet, open_seen_set
+from larbinpy.frontier.fptable import MIN_BUCKETS, SLOTS, WINDOW, FingerprintTable
+from larbinpy.frontier.seen import RECENT_MAX, BitmapSeenSet, ExactSeenSet, open_seen_set
 
 TINY = 1 << 10  # bits: a few thousand URLs fill it
 
@@ -48,6 +49,51 @@ def test_exact_admits_every_distinct_url_where_the_bitmap_drops_them(tmp_path: P
     assert again.missing(distinct) == []
     assert again.missing(["http://new.test/"]) == ["http://new.test/"]
     again.close()
+
+
+def crowded(bucket: int, home: int, n: int) -> list[int]:
+    """n distinct fingerprints of one bucket (of a MIN_BUCKETS table) and one home slot."""
+    return [bucket + MIN_BUCKETS * (j + 1) + (home << 40) for j in range(n)]
+
+
+def test_the_table_finds_fingerprints_past_their_window_and_round_its_bucket(tmp_path: Path):
+    path = tmp_path / "t.fingerprints"
+    table = FingerprintTable(path)
+    # a run of 3 windows from one home slot, and one near the bucket's end that wraps round
+    deep, wrapped = crowded(5, 100, 3 * WINDOW), crowded(9, SLOTS - 3, WINDOW)
+    table.add(deep + wrapped)
+    absent = crowded(5, 100, 4 * WINDOW)[3 * WINDOW:] + crowded(9, SLOTS - 3, 2 * WINDOW)[WINDOW:]
+    assert table.contains(deep + wrapped) == [True] * len(deep + wrapped)
+    assert table.contains(absent) == [False] * len(absent)
+    assert table.buckets == MIN_BUCKETS and table.count == len(deep + wrapped)
+    table.add(deep[::3])  # stored ones are not stored twice
+    assert table.count == len(deep + wrapped)
+    table.close()
+    again = FingerprintTable(path)  # all of it was in the file
+    assert again.contains(deep + wrapped + absent) == [True] * 64 + [False] * len(absent)
+    again.close()
+
+
+def test_a_full_bucket_doubles_the_table_and_keeps_every_fingerprint(tmp_path: Path):
+    table = FingerprintTable(tmp_path / "t.fingerprints")
+    full = crowded(7, 0, SLOTS + 1)  # one more than bucket 7 holds
+    table.add(full)
+    assert table.buckets == 2 * MIN_BUCKETS  # bucket 7 split into buckets 7 and 71
+    assert table.contains(full) == [True] * len(full)
+    assert table.contains(crowded(7, 0, SLOTS + 9)[SLOTS + 1:]) == [False] * 8
+    table.close()
+
+
+def test_urls_that_left_the_memo_of_recent_urls_are_still_seen(tmp_path: Path):
+    distinct = urls(5 * RECENT_MAX)  # the memo keeps at most 2 * RECENT_MAX of them
+    seen = ExactSeenSet(tmp_path / "seen.bitmap", 1 << 20)
+    assert offer(seen, distinct) == len(distinct)
+    # the oldest from the table, the latest from the memo
+    assert [k for i in range(0, len(distinct), 50) for k in seen.missing(distinct[i:i + 50])] == []
+    memo = seen.bitmap._recent | seen.bitmap._older
+    assert RECENT_MAX <= len(memo) <= 2 * RECENT_MAX  # bounded, whatever the crawl's size
+    assert offer(seen, urls(1000, start=len(distinct))) == 1000
+    seen.close()
 
 
 def test_bitmap_mode_reports_its_expected_loss(tmp_path: Path):
@@ -191,3 +237,12 @@ def test_bench_seen_counts_what_each_seen_set_loses(tmp_path: Path):
     assert bitmap["lost"] > 1000  # 20,000 URLs in 16,384 bits
     assert exact["links_tested"] == bitmap["links_tested"] > 3 * 20_000
     assert exact["us_per_link"] > 0 and exact["peak_rss_mb"] > 0
+
+
+def test_hash_size_defaults_small_only_where_the_fingerprints_decide():
+    from larbinpy.config import parse_config
+
+    assert parse_config("").hash_size == 1 << 27  # exact: the bitmap is a filter (16 MiB)
+    assert parse_config("seenSet bitmap\n").hash_size == 1 << 30  # its fill is the loss
+    assert parse_config("cluster redis://127.0.0.1:6379/0\n").hash_size == 1 << 30
+    assert parse_config("seenSet bitmap\nhashSize 2^20\n").hash_size == 1 << 20

@@ -41,6 +41,7 @@ import aiohttp
 
 from larbinpy.bench.harness import HASH_BITS, HASH_FUNCTIONS, SynthServer
 from larbinpy.bench.synth import PAGE_SHAPES, host_ip, host_name, synth_urls
+from larbinpy.config import parse_int
 from larbinpy.demo.web import StaticResolver
 from larbinpy.runtime import missing_extra, run_loop, setup_logging, tune_allocator, tune_gc
 
@@ -378,10 +379,12 @@ def parser() -> argparse.ArgumentParser:
                         "false-positive rate on 1,000,000 other URLs against the formula")
     p.add_argument("--seen", type=int, metavar="N", default=0,
                    help="instead: N distinct URLs plus 4 duplicates each, a page of 50 links "
-                        "at a time, through the seen-set (--seen-set, hashSize 2^30): "
+                        "at a time, through the seen-set (--seen-set, --seen-bits): "
                         "URLs lost, cost per link tested, peak RSS")
     p.add_argument("--seen-set", choices=("exact", "bitmap"), default="exact",
                    help="the seenSet of --seen [exact]")
+    p.add_argument("--seen-bits", type=parse_int, default=0, metavar="BITS",
+                   help="the hashSize of --seen, e.g. 2^30 [hashSize's default]")
     p.add_argument("--nodes", metavar="N[,N...]", default="",
                    help="instead: one larbinpy process (embedded), then clusters of N processes "
                         "sharing a local redis-server (larbinpy/bench/cluster.py)")
@@ -478,7 +481,7 @@ def state_bench(args: argparse.Namespace) -> int:
     if args.seen:
         where = args.dir if args.dir is not None else None  # a disk: the store's real medium
         with tempfile.TemporaryDirectory(prefix="larbinpy-seen-", dir=where) as tmp:
-            result["seen"] = seen_bench(args.seen, Path(tmp), args.seen_set)
+            result["seen"] = seen_bench(args.seen, Path(tmp), args.seen_set, args.seen_bits)
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 
@@ -487,18 +490,20 @@ SEEN_BATCH, SEEN_NEW = 50, 10  # links per page; of them new, the rest seen befo
 SEEN_WINDOW = 2000  # half the duplicates are among the last URLs (a site's navigation)
 
 
-def seen_bench(n: int, directory: Path, kind: str = "exact", bits: int = 1 << 30,
+def seen_bench(n: int, directory: Path, kind: str = "exact", bits: int = 0,
                checkpoint_every: int = 1_000_000) -> dict[str, Any]:
     """Feed n distinct URLs, each page of 50 links holding 10 new ones, 20 among the last 2000
     and 20 drawn from every URL before, through a seen-set; only its calls are timed."""
     import random
 
+    from larbinpy.config import Config
     from larbinpy.frontier.seen import open_seen_set
 
     rng = random.Random(1976)
+    bits = bits or Config().hash_size  # the default hashSize, as a crawl would have it
     seen = open_seen_set(directory / "seen.bitmap", bits, 1, kind)
     admitted = tested = made = 0
-    spent = 0.0
+    spent = cpu = 0.0
     since_flush = 0
 
     def url(i: int) -> str:
@@ -512,7 +517,7 @@ def seen_bench(n: int, directory: Path, kind: str = "exact", bits: int = 1 << 30
         old += [url(rng.randrange(made)) for _ in range((SEEN_BATCH - SEEN_NEW) // 2)]
         links = list(dict.fromkeys(new + old))  # a page's links come de-duplicated
         rng.shuffle(links)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fresh = seen.missing(links)
         seen.add(fresh)
         since_flush += len(links)
@@ -520,15 +525,18 @@ def seen_bench(n: int, directory: Path, kind: str = "exact", bits: int = 1 << 30
             seen.flush()
             since_flush = 0
         spent += time.perf_counter() - t0
+        cpu += time.process_time() - c0
         admitted += len(fresh)
         tested += len(links)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     seen.close()
     spent += time.perf_counter() - t0
+    cpu += time.process_time() - c0
     on_disk = sum(p.stat().st_blocks * 512 for p in directory.iterdir())
     return {"seen_set": kind, "hash_bits": bits, "distinct_urls": n, "links_tested": tested,
             "admitted": admitted, "lost": n - admitted,
             "us_per_link": round(spent / max(tested, 1) * 1e6, 3),
+            "cpu_us_per_link": round(cpu / max(tested, 1) * 1e6, 3),
             "peak_rss_mb": round(peak_rss_mb(), 1), "disk_mb": round(on_disk / 2**20, 1)}
 
 

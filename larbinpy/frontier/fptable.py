@@ -1,17 +1,29 @@
 """The exact store behind the seen-set: 64-bit URL fingerprints in an on-disk hash table.
 
-`ExactSeenSet` (seen.py) asks it only about URLs whose bitmap bits are set. The table is a file
-of 2 KiB buckets of 256 uint64 slots in native byte order (0 = empty; a fingerprint is never 0).
-A fingerprint lives in bucket `fp % buckets`, at slot `(fp >> 40) % 256` or the next free one
-after it (linear probing inside the bucket, wrapping), so a lookup is one pread of a bucket and
-a probe of about two slots. The file is read and written with pread/pwrite, never mapped: the
-kernel's page cache keeps the hot buckets, and none of the file counts in the process's RSS, so
-memory does not grow with the crawl. Every insert reaches the kernel before `add` returns, so
-a `kill -9` loses nothing; `sync()` makes it survive a power loss too. When the table is 70%
-full (or a bucket is), it doubles: a new file is written bucket by bucket beside the old one,
-synced, then renamed over it (a crash during the rewrite leaves the old table whole). Doubling
-stops the caller for a pass over the table, once per doubling of the crawl: amortised, each
-fingerprint is moved about once.
+`ExactSeenSet` (seen.py) asks it only about URLs whose bitmap bits are set, and stores the
+fingerprint of every URL it admits. The table is a file of 2 KiB buckets of 256 uint64 slots in
+native byte order (0 = empty; a fingerprint is never 0). A fingerprint lives in bucket
+`fp % buckets`, at slot `(fp >> 40) % 256` or the next free one after it (linear probing inside
+the bucket, wrapping). Slots are never emptied, so a stored fingerprint sits between its home
+slot and the first empty slot after it.
+
+Cost: a lookup is one pread of WINDOW slots (128 bytes) from the home slot, which settles it
+unless all of them are taken (up to 8% at the highest load; then the whole bucket is read); an
+insert is that read plus an 8-byte pwrite. One syscall per lookup is the floor of a store on
+disk: the URLs a crawl confirms are spread evenly over the whole table (a page's links to old
+pages), so no cache smaller than the table saves a read for most of them. Keys seen lately
+are answered before the table by seen.py's memo of recent URLs.
+
+Memory: none that grows with the crawl. The file is never mapped and nothing of it is cached in
+the process: the kernel's page cache keeps what is read often, and it does not count in the
+process's RSS (mapped pages would, up to the whole table; dropping them with madvise costs a
+page fault per lookup, more than the pread).
+
+Durability: every insert reaches the kernel before `add` returns, so a `kill -9` loses nothing;
+`sync()` makes it survive a power loss too. When the table is 70% full (or a bucket is), it
+doubles: a new file is written bucket by bucket beside the old one, synced, then renamed over
+it (a crash during the rewrite leaves the old table whole). Doubling stops the caller for a pass
+over the table, once per doubling of the crawl: amortised, each fingerprint is moved about once.
 """
 
 from __future__ import annotations
@@ -30,6 +42,10 @@ MIN_BUCKETS = 64
 # Of all slots. A bucket holds 179 on average at this load (sd 13): filling its 256 slots is
 # 5.9 sd away, which would only double the table early.
 MAX_LOAD = 0.7
+# Slots read per lookup from the home slot on: 128 bytes (two cache lines; the syscall costs
+# the same as for 8). Just below MAX_LOAD, 8% of the lookups of absent fingerprints find all
+# 16 taken (or the window cut short at the bucket's end) and read the whole bucket.
+WINDOW = 16
 RESIZE_CHUNK = 512  # buckets read at once while doubling and counting
 _ORDER = sys.byteorder  # the file is in native byte order, as memoryview.cast reads it
 
@@ -55,11 +71,9 @@ def _probe(slots: array[int] | list[int], fp: int) -> tuple[bool, int]:
 class FingerprintTable:
     """A set of non-zero uint64 fingerprints in a file of hash buckets."""
 
-    def __init__(self, path: str | Path, cache_bytes: int = 0) -> None:
-        """`cache_bytes`: buckets kept in memory (as read and written), emptied when full."""
+    def __init__(self, path: str | Path) -> None:
+        """Open (or create) the table in `path`."""
         self.path = Path(path)
-        self._cache: dict[int, array[int]] = {}
-        self._cache_max = max(MIN_BUCKETS, cache_bytes // (BUCKET_BYTES + 100))
         Path(f"{self.path}.new").unlink(missing_ok=True)  # a doubling cut short by a crash
         if not self.path.exists():
             Path(f"{self.path}.count").unlink(missing_ok=True)
@@ -86,51 +100,56 @@ class FingerprintTable:
             n += len(data) // 8 - array("Q", data).count(0)
         return n
 
-    def _bucket(self, b: int) -> array[int]:
-        """One bucket's slots: from the cache, else read (and cached)."""
-        slots = self._cache.get(b)
-        if slots is None:
-            if len(self._cache) >= self._cache_max:
-                self._cache.clear()  # bounded; the page cache still has the hot buckets
-            slots = self._cache[b] = array("Q", os.pread(self._fd, BUCKET_BYTES, b * BUCKET_BYTES))
-        return slots
+    def _whole(self, b: int) -> array[int]:
+        """A bucket's slots, for a probe that ran past its window."""
+        return array("Q", os.pread(self._fd, BUCKET_BYTES, b * BUCKET_BYTES))
 
     def contains(self, fps: list[int]) -> list[bool]:
-        """Whether each fingerprint is stored (one read per bucket not cached)."""
-        nb, bucket, out = self.buckets, self._bucket, []
+        """Whether each fingerprint is stored (a read of WINDOW slots, rarely of a bucket)."""
+        out, fd, nb = [], self._fd, self.buckets
         for fp in fps:
-            slots = bucket(fp % nb)
-            v = slots[(fp >> 40) % SLOTS]  # the home slot settles most lookups
-            out.append(v == fp or (v != 0 and _probe(slots, fp)[0]))
+            # Slots are never emptied, so a stored fingerprint sits between its home slot and
+            # the first empty slot after it: found in the window, or absent if it has a 0.
+            home = (fp >> 40) % SLOTS
+            window = array("Q", os.pread(fd, 8 * min(WINDOW, SLOTS - home),
+                                         (fp % nb) * BUCKET_BYTES + 8 * home))
+            if fp in window:
+                out.append(True)
+            elif 0 in window:
+                out.append(False)
+            else:
+                out.append(fp in self._whole(fp % nb))
         return out
 
     def add(self, fps: Iterable[int]) -> None:
         """Store fingerprints (already stored ones are skipped); written before returning."""
-        groups: dict[int, list[int]] = {}
-        nb = self.buckets
-        for fp in fps:
-            groups.setdefault(fp % nb, []).append(fp)
-        for b, group in groups.items():
-            if not self._add_bucket(b, group):
+        fps = list(fps)
+        for n, fp in enumerate(fps):
+            if not self._add_one(fp):
                 self._double()
-                self.add(fp for g in groups.values() for fp in g)  # rehashed: start again
+                self.add(fps[n:])  # rehashed: what came before is stored, the rest again
                 return
         if self.count > MAX_LOAD * SLOTS * self.buckets:
             self._double()
 
-    def _add_bucket(self, b: int, group: list[int]) -> bool:
-        """Write a bucket's new fingerprints slot by slot; False if the bucket is full."""
-        slots = self._bucket(b)  # the cached copy is updated with the file
-        base = b * BUCKET_BYTES
-        for fp in group:
-            found, i = _probe(slots, fp)
+    def _add_one(self, fp: int) -> bool:
+        """Write one fingerprint into its first free slot (8 bytes); False if its bucket is full."""
+        home, b = (fp >> 40) % SLOTS, fp % self.buckets
+        at = b * BUCKET_BYTES + 8 * home
+        window = array("Q", os.pread(self._fd, 8 * min(WINDOW, SLOTS - home), at))
+        if fp in window:
+            return True
+        try:
+            at += 8 * window.index(0)
+        except ValueError:
+            found, i = _probe(self._whole(b), fp)  # past the window (or wrapped round)
             if found:
-                continue
+                return True
             if i < 0:
-                return False  # what was written is stored: adding again skips it
-            os.pwrite(self._fd, fp.to_bytes(8, _ORDER), base + 8 * i)
-            slots[i] = fp  # after the write: the cache never claims what the file lacks
-            self.count += 1
+                return False
+            at = b * BUCKET_BYTES + 8 * i
+        os.pwrite(self._fd, fp.to_bytes(8, _ORDER), at)
+        self.count += 1
         return True
 
     def _double(self) -> None:
@@ -155,7 +174,6 @@ class FingerprintTable:
             raise
         os.replace(tmp, self.path)
         os.close(self._fd)
-        self._cache.clear()
         self._fd, self.buckets = fd, 2 * nb
         fsync_dir(self.path.parent)
 

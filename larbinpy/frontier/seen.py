@@ -8,12 +8,24 @@ certain; a set bit may be another URL's (`seenSet bitmap`, larbin's behaviour, d
 
 `ExactSeenSet` confirms each set bit against a 64-bit fingerprint (xxh3, seeded independently
 of the bitmap's hash) in `fptable.FingerprintTable`, an on-disk hash table read with pread, so
-memory is set by `hashSize` (the bitmap, plus a cache of table buckets half its size), not by
-the crawl. A new URL is then dropped only when its fingerprint equals a seen URL's. Birthday
-bound: among n URLs the expected number of colliding pairs is n(n-1)/2 / 2^64; at n = 10^8
-that is 10^16 / 2 / 1.8e19 = 2.7e-4 URLs lost over the whole crawl, a loss rate of 2.7e-12
-per URL (far below 1 in 10^6), and the chance that any URL at all is lost is below 1 in 3,600.
-The bitmap test in front only lowers it (a lost URL must also find its bits set).
+memory is set by configuration (the `hashSize` bitmap and the memo below), not by the crawl.
+A new URL is then dropped only when its fingerprint equals a seen URL's. Birthday bound: a new
+URL, offered after n others, is lost with probability at most n / 2^64 (5.4e-12 at n = 10^8);
+over a whole crawl of n URLs the expected number lost is n(n-1)/2 / 2^64: at n = 10^8 that
+is 10^16 / 2 / 1.8e19 = 2.7e-4 URLs, far below 1 in 10^6 per URL, and the chance that any URL
+at all is lost is below 1 in 3,600. The bitmap test in front only lowers it (a lost URL must
+also find its bits set).
+
+What confirming costs: one pread per duplicate link that is not in the memo, one pread and
+one pwrite per admitted URL. In exact mode the bitmap is only a filter that spares new URLs
+the read in `missing`: a smaller one costs less memory (its pages are all touched, so its size
+is in RSS) and confirms more new URLs (the fraction of its bits set), never loses one; hence
+`hashSize`'s default of 2^27 bits (16 MiB: 7% of new URLs read the table at 10^7 URLs, 53% at
+10^8). The memo in front of the bitmap holds the last RECENT_MAX..2*RECENT_MAX URLs added or
+found seen, as strings: a site's navigation links repeat on each of its pages. `larbinpy bench
+--seen` offers pages of 50 links: 10 new, 20 among the last 2,000 URLs (the memo answers them)
+and 20 drawn uniformly from all URLs before (each one a read of the table): a memo flatters
+only the first half, and real crawls repeat recent links far more often than that.
 
 A cluster (larbinpy/cluster) keeps its seen-set in Redis bitmaps and uses a `BitmapSeenSet`
 only as a local cache of them: it is not exact, and making it so is out of this module's scope.
@@ -50,13 +62,12 @@ _hash64 = xxhash.xxh3_64_intdigest
 _hash128 = xxhash.xxh3_128_intdigest
 _MASK64 = (1 << 64) - 1
 _FP_SEED = 0x9E3779B97F4A7C15  # fingerprints independent of the bitmap's positions
-# The exact store's in-memory cache of buckets is the bitmap's size over this: memory is set by
-# hashSize, not by the crawl (at the default 2^30 bits: 128 MiB of bitmap, 64 MiB of cache).
-CACHE_PER_BITMAP = 2
-# Keys known to be seen, kept as strings in front of the bitmap: most links of a page were
-# seen on the site's previous pages, and a set lookup is far cheaper than hashing the key
-# and touching a random cache line of the bitmap. Bounded: emptied when full.
-RECENT_MAX = 1 << 16
+# Keys known to be seen (added, or found seen), kept as strings in front of the bitmap: most
+# links of a page were seen on the site's previous pages, and a set lookup is far cheaper than
+# hashing the key, touching a random cache line of the bitmap and reading the fingerprint
+# table. Bounded: two generations of RECENT_MAX keys (plus one call's keys); when the newer
+# fills, the older is dropped, so the latest RECENT_MAX keys are always kept.
+RECENT_MAX = 1 << 15
 RECENT_KEY_MAX = 200  # characters: longer URLs are not kept (65,536 of 2 kB would be 130 MB)
 
 
@@ -96,6 +107,7 @@ class BitmapSeenSet:
             os.close(fd)
         self.path = Path(path)
         self._recent: set[str] = set()  # only ever keys known to be seen
+        self._older: set[str] = set()  # the generation before
         self._set_bits: int | None = None  # counted on first use (fill)
 
     def positions(self, key: str) -> list[int]:
@@ -131,14 +143,15 @@ class BitmapSeenSet:
         return new, maybe
 
     def _not_recent(self, keys: list[str]) -> list[str]:
-        """The keys not in the recent set (which is emptied when full)."""
-        if len(self._recent) > RECENT_MAX:
-            self._recent.clear()
-        return list(filterfalse(self._recent.__contains__, keys))  # a C loop: most are recent
+        """The keys in neither generation of recent keys."""
+        rest = list(filterfalse(self._recent.__contains__, keys))  # a C loop: most are recent
+        return list(filterfalse(self._older.__contains__, rest)) if rest else rest
 
-    def _remember(self, keys: list[str]) -> None:
-        """Keep seen keys in the recent set (short ones only)."""
+    def _remember(self, keys: Iterable[str]) -> None:
+        """Keep seen keys in the recent set (short ones only); a full one becomes the older."""
         self._recent.update(k for k in keys if len(k) <= RECENT_KEY_MAX)
+        if len(self._recent) >= RECENT_MAX:
+            self._older, self._recent = self._recent, set()
 
     def missing(self, keys: list[str]) -> list[str]:
         """The keys whose bits are not all set."""
@@ -147,7 +160,8 @@ class BitmapSeenSet:
         return new
 
     def add(self, keys: Iterable[str]) -> None:
-        """Set the bits of every key."""
+        """Set the bits of every key (and remember it: a page links to it again soon)."""
+        keys = list(keys)
         m, fresh = self._map, 0
         for key in keys:
             for p in self.positions(key):
@@ -157,6 +171,7 @@ class BitmapSeenSet:
                     fresh += 1
         if self._set_bits is not None:
             self._set_bits += fresh
+        self._remember(keys)
 
     def set_bits(self) -> int:
         """Bits set (read from the file once with pread, so the map's pages stay untouched)."""
@@ -197,7 +212,7 @@ class ExactSeenSet:
             table.unlink(missing_ok=True)
             legacy.unlink(missing_ok=True)
         self.legacy = BitmapSeenSet(legacy, bits, functions) if legacy.exists() else None
-        self.table = FingerprintTable(table, cache_bytes=bits // 8 // CACHE_PER_BITMAP)
+        self.table = FingerprintTable(table)
 
     def missing(self, keys: list[str]) -> list[str]:
         """The keys never added: a clear bit, or a set bit and no such fingerprint."""
