@@ -14,6 +14,7 @@ from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
 from larbinpy.demo import DnsServer, LocalWeb, Page, Site
 
+CHECKOUT = Path(__file__).resolve().parents[1]
 CRAWL_TIMEOUT = 60.0
 WAIT_TIMEOUT = 30.0  # until(): a guard against a hung test on a loaded machine, not a measure
 
@@ -33,6 +34,17 @@ async def until(condition: Callable[[], object], what: str = "the awaited condit
         if loop.time() > deadline:
             raise AssertionError(f"{what}: not after {timeout:.0f} s")
         await asyncio.sleep(every)
+
+
+@pytest.fixture(autouse=True)
+def _keeps_the_checkout_clean() -> object:
+    """A test writes under its tmp_path, never into the checkout (the defaults ./save and
+    ./larbin-state are relative to the working directory, the checkout under pytest)."""
+    before = {p.name for p in CHECKOUT.iterdir()}
+    yield
+    made = sorted({p.name for p in CHECKOUT.iterdir()} - before - {".pytest_cache",
+                                                                   ".hypothesis"})
+    assert not made, f"the test wrote {made} into the checkout"
 
 
 def html(*links: str, title: str = "page") -> Page:

@@ -480,21 +480,23 @@ async def test_an_unreachable_redis_is_a_configuration_error(tmp_path):
     from larbinpy.bench.localredis import _free_port
 
     conf = tmp_path / "larbin.conf"
-    conf.write_text(f"stateDir {tmp_path}/s\nhttpPort 0\ninputPort 0\nexitAtEnd\n"
+    conf.write_text(f"stateDir {tmp_path}/s\nsaveDir {tmp_path}/save\nhttpPort 0\ninputPort 0\n"
+                    "exitAtEnd\n"
                     f"\ncluster redis://127.0.0.1:{_free_port()}/0\n")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "larbinpy", "-c", str(conf), "-q",
         stderr=asyncio.subprocess.PIPE)
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2
-    assert b"larbin.conf:6: cluster redis://" in err and b"cannot use Redis" in err
+    assert b"larbin.conf:7: cluster redis://" in err and b"cannot use Redis" in err
 
 
 async def test_cluster_without_the_redis_client_is_a_configuration_error(tmp_path):
     import sys
 
     conf = tmp_path / "larbin.conf"
-    conf.write_text(f"stateDir {tmp_path}/s\nhttpPort 0\ninputPort 0\nexitAtEnd\n"
+    conf.write_text(f"stateDir {tmp_path}/s\nsaveDir {tmp_path}/save\nhttpPort 0\ninputPort 0\n"
+                    "exitAtEnd\n"
                     "cluster redis://127.0.0.1:6379/0\n")
     # the redis client not installed (it is the optional `cluster` extra)
     code = ("import sys; sys.modules['redis'] = None; from larbinpy.cli import main; "
@@ -503,6 +505,6 @@ async def test_cluster_without_the_redis_client_is_a_configuration_error(tmp_pat
                                                 stderr=asyncio.subprocess.PIPE)
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2
-    assert (f"{conf}:5: cluster needs the redis client: pip install 'larbinpy[cluster]'"
+    assert (f"{conf}:6: cluster needs the redis client: pip install 'larbinpy[cluster]'"
             in err.decode())
     assert not (tmp_path / "s").exists()  # refused before stateDir was touched
