@@ -141,6 +141,7 @@ class Site:
     dead_until: float = 0.0
     # counted for the URLs that arrive while the site is dead
     dead_reason: Outcome = Outcome.noDNS
+    dead_note: str | None = None  # why, in words, for the crawl log ("robots.txt answered 503")
     robots: Any = None  # a Protego parser, or None for "allow all"
     robots_expires: float = 0.0  # 0: robots.txt still to fetch before any page
     robots_failures: int = 0

@@ -8,6 +8,7 @@ longest match, wildcards, Crawl-delay and the cache lifetime (`robotsTtl`).
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -200,6 +201,13 @@ async def test_exhausted_robots_retries_refuse_later_urls_at_once_and_the_crawl_
     assert len([h for h in tw.web.hits_for("good.test") if h.path.startswith("/p")]) == 6
     # its root and the six links found after the verdict, each counted without a request
     assert "forbiddenRobots 7" in err.decode().strip().splitlines()[-1]
+    # and the crawl log says why, for each of them
+    lines = [json.loads(line) for line in (tw.tmp / "save" / "crawl.jsonl").open()]
+    bad_lines = [x for x in lines if "bad.test" in x["url"]]
+    assert len(bad_lines) == 7
+    assert {(x["kind"], x.get("note")) for x in bad_lines} == {
+        ("forbiddenRobots", "robots.txt answered 500 (tries: 1)")}
+    assert not any("note" in x for x in lines if "good.test" in x["url"])
 
 
 async def test_status_shows_the_robots_txt_retry_the_crawl_waits_for(make_web, monkeypatch):

@@ -41,17 +41,18 @@ _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND
 # through json's own C escaper (quotes, backslashes, control characters; non-ASCII kept);
 # `kind` is an Outcome name, plain ASCII; `t` has json's meaning of round(t, 3).
 _LINE = ('{"t":%.3f,"url":%s,"kind":"%s","status":%s,"bytes":%d,"ms":%d,"type":%s,'
-         '"depth":%d,"via":%s}\n')
+         '"depth":%d,"via":%s%s}\n')
 
 
 def _line(job: Job, kind: Outcome, status: int | None, nbytes: int, ms: int,
-          ctype: str | None) -> str:
-    """The crawl-log line of one job's outcome."""
+          ctype: str | None, note: str | None = None) -> str:
+    """The crawl-log line of one job's outcome (`note`, when given, says why in words)."""
     via = job.via
     return _LINE % (time.time(), encode_basestring(job.url), kind.value,
                     "null" if status is None else status, nbytes, ms,
                     encode_basestring(ctype) if ctype else "null", job.depth,
-                    "null" if via is None else encode_basestring(via))
+                    "null" if via is None else encode_basestring(via),
+                    "" if note is None else ',"note":' + encode_basestring(note))
 
 
 class CrawlLog:
@@ -93,14 +94,15 @@ class CrawlLog:
         return True
 
     def record(self, job: Job, kind: Outcome, status: int | None = None, nbytes: int = 0,
-               ms: int = 0, ctype: str | None = None) -> None:
-        """The final outcome of one job (written at the end of this loop turn)."""
+               ms: int = 0, ctype: str | None = None, note: str | None = None) -> None:
+        """The final outcome of one job (written at the end of this loop turn); `note` says
+        why in words when the kind does not (a robots.txt that could not be read)."""
         if self.skip and self.finished_before(job.url):
             return  # its line was written before the crash (a replayed job dropped again)
         if self.on_record is not None:
             self.on_record(job, kind, status)
         if self._log_fd >= 0:
-            self._lines.append(_line(job, kind, status, nbytes, ms, ctype))
+            self._lines.append(_line(job, kind, status, nbytes, ms, ctype, note))
         self._urls.append(job.url + "\n")
         if not self._scheduled:
             self._scheduled = True

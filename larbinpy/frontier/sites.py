@@ -96,7 +96,7 @@ class Sites:
             if now < site.dead_until:
                 self.stats.count(site.dead_reason)
                 if self.crawl_log is not None:
-                    self.crawl_log.record(job, site.dead_reason)
+                    self.crawl_log.record(job, site.dead_reason, note=site.dead_note)
                 return
             self._store(site, job)
             self.on_new_site(site)  # negative cache expired: try DNS again
@@ -151,23 +151,24 @@ class Sites:
         site.queue.extend(jobs)
         self.in_memory += len(jobs)
 
-    def drop(self, site: Site, kind: Outcome) -> None:
-        """Drop every queued job of a site, counted under `kind`."""
+    def drop(self, site: Site, kind: Outcome, note: str | None = None) -> None:
+        """Drop every queued job of a site, counted under `kind` (`note`: why, for the crawl
+        log)."""
         n = len(site.queue)
-        self._logged(site.queue, kind)
+        self._logged(site.queue, kind, note)
         site.queue.clear()
         self.in_memory -= n
         while batch := self.spill.pop_many(site.key, DROP_BATCH):
             n += len(batch)
-            self._logged(batch, kind)
+            self._logged(batch, kind, note)
         self.queued -= n
         self.stats.count(kind, n)
 
-    def _logged(self, jobs: Iterable[Job], kind: Outcome) -> None:
+    def _logged(self, jobs: Iterable[Job], kind: Outcome, note: str | None) -> None:
         """The crawl log's final lines for dropped jobs."""
         if self.crawl_log is not None:
             for job in jobs:
-                self.crawl_log.record(job, kind)
+                self.crawl_log.record(job, kind, note=note)
 
     def rest(self, site: Site) -> None:
         """A site has nothing to do right now: it may be forgotten later."""

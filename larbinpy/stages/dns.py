@@ -158,6 +158,7 @@ class Dns:
         if not allowed:
             site.state = SiteState.DEAD
             site.dead_reason = Outcome.deniedNetwork if ips else Outcome.noDNS
+            site.dead_note = None
             site.dead_until = self.cache.get(site.host, (now + NEGATIVE_TTL, []))[0]
             self.sites.drop(site, site.dead_reason)
             self.sites.rest(site)

@@ -173,7 +173,7 @@ class Robots:
         """Apply a stored verdict; False when it leaves robots.txt to fetch (failures so far)."""
         expires = now + max(0.0, verdict.expires - time.time())  # wall clock -> loop clock
         if verdict.disallow:
-            self._give_up(site, expires)
+            self._give_up(site, expires, "robots.txt failed earlier (its verdict was kept)")
         elif verdict.failures:
             site.robots_failures = verdict.failures
             return False
@@ -200,7 +200,7 @@ class Robots:
             elif status is not None and status < 500 and status != 429:
                 self._apply(site, data if 200 <= status < 300 else None, now)
             else:
-                self._failed(site, now, wait)
+                self._failed(site, now, wait, status)
         finally:
             if held is not None:  # parsed (or failed): its memory goes back
                 held.release()
@@ -284,32 +284,39 @@ class Robots:
                     self.on_sitemaps(site.key + "/robots.txt", listed, MAX_NESTING)
         site.state = SiteState.READY
 
-    def _failed(self, site: Site, now: float, wait: float | None = None) -> None:
-        """5xx, 429 or unreachable: full disallow for now; retry later (after Retry-After when
-        given), at most `maxRetries` times, then complete disallow stands for `robotsTtl`."""
+    def _failed(self, site: Site, now: float, wait: float | None = None,
+                status: int | None = None) -> None:
+        """5xx, 429 or unreachable (`status` None): full disallow for now; retry later (after
+        Retry-After when given), at most `maxRetries` times, then complete disallow stands for
+        `robotsTtl`."""
         site.robots_failures += 1
         until = time.time() + self.cfg.robots_ttl
         if site.robots_failures > self.cfg.max_retries:
             self._put(site, Verdict(until, disallow=True))
-            self._give_up(site, now + self.cfg.robots_ttl)
+            self._give_up(site, now + self.cfg.robots_ttl,
+                          f"robots.txt {'unreachable' if status is None else f'answered {status}'}"
+                          f" (tries: {site.robots_failures})")
             return
         self._put(site, Verdict(until, failures=site.robots_failures))
         site.ready_at = max(site.ready_at, now + (RETRY_DELAY if wait is None else wait))
 
-    def _give_up(self, site: Site, until: float) -> None:
+    def _give_up(self, site: Site, until: float, note: str) -> None:
         """Complete disallow until `until` (loop clock): the site's jobs, and URLs found for it
-        later, are counted as forbiddenRobots at once (a DEAD site refuses them)."""
+        later, are counted as forbiddenRobots at once (a DEAD site refuses them); `note` says
+        why in the crawl log."""
         site.state = SiteState.DEAD
         site.dead_reason = Outcome.forbiddenRobots
+        site.dead_note = note
         site.dead_until = until
         site.robots_failures = 0
-        self.sites.drop(site, Outcome.forbiddenRobots)
+        self.sites.drop(site, Outcome.forbiddenRobots, note)
         self.sites.rest(site)  # nothing left to do: its record may be forgotten in time
 
     def _bad_certificate(self, site: Site, now: float) -> None:
         """The site's certificate did not verify: its URLs are tlsError for a while."""
         site.state = SiteState.DEAD
         site.dead_reason = Outcome.tlsError
+        site.dead_note = None
         site.dead_until = now + NEGATIVE_TTL
         self.sites.drop(site, Outcome.tlsError)
 
