@@ -32,7 +32,7 @@ from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
 from larbinpy.frontier.robotsdb import FileVerdicts, VerdictStore
 from larbinpy.frontier.seen import BitmapSeenSet, open_seen_set
 from larbinpy.frontier.sites import Sites, never_forward
-from larbinpy.frontier.state import Position, StateDir
+from larbinpy.frontier.state import Position, StateDir, saved_meta
 from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
 from larbinpy.net.client import LazySession, make_http1
 from larbinpy.net.docmemory import DocumentMemory
@@ -72,6 +72,8 @@ class Crawler:
         """`on_page_fetch`: told as each page fetch starts (robots.txt excluded), to measure."""
         self.cfg, self.scratch = cfg, scratch
         cluster_type = _cluster_type(cfg)  # first: a ConfigError must leave stateDir alone
+        if not scratch:
+            _keep_saved_hash_size(cfg)
         self.stats = Stats()
         self.state = StateDir(
             cfg.state_dir,
@@ -506,6 +508,17 @@ def _cluster_type(cfg: Config) -> type[Cluster] | None:
         raise cfg.error("cluster", "cluster needs the redis client: "
                         "pip install 'larbinpy[cluster]'") from None
     return Cluster
+
+
+def _keep_saved_hash_size(cfg: Config) -> None:
+    """A stateDir made with another default hashSize (2^30 before the exact seen-set's 2^27)
+    resumes with the size it was made with, unless larbin.conf sets one (then StateDir checks
+    that they agree)."""
+    saved = saved_meta(cfg.state_dir).get("hashSize")
+    if "hashsize" not in cfg.lines and isinstance(saved, int) and saved != cfg.hash_size:
+        log.info("stateDir %s was made with hashSize %d: kept (larbin.conf sets none)",
+                 cfg.state_dir, saved)
+        cfg.hash_size = saved
 
 
 def set_aside_outputs(cfg: Config) -> Path | None:

@@ -186,3 +186,19 @@ async def test_scratch_moves_the_last_crawls_outputs_aside(make_web) -> None:
     aside = [p for p in tw.tmp.iterdir() if p.name.startswith("save.")]
     assert len(aside) == 1 and len((aside[0] / "d00000" / "index").read_text().splitlines()) == 3
     assert f"were moved to {aside[0]}" in err.decode()
+
+
+async def test_a_state_made_with_another_default_hash_size_resumes(make_web) -> None:
+    """A stateDir made when hashSize's default was 2^30 resumes under a larbin.conf that sets
+    none (the default is 2^27 now); one that sets a different size is still refused."""
+    tw = await make_web(small_web())
+    conf = tw.tmp / "larbin.conf"
+    base = tw.config_text(f"exitAtEnd\nstartUrl {tw.url('one.test')}\n")
+    for text, code in ((base + "hashSize 2^30\n", 0), (base, 0), (base + "hashSize 2^24\n", 2)):
+        conf.write_text(text)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "larbinpy", "-c", str(conf), cwd=tw.tmp,
+            stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == code, err.decode()
+    assert "state was made with hashSize 1073741824" in err.decode()

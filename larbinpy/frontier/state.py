@@ -86,6 +86,16 @@ def _job(line: str) -> Job | None:
         return None
 
 
+def saved_meta(path: str) -> dict[str, object]:
+    """The settings a state directory was made with (empty when it has none, or unreadable:
+    `StateDir` says what is wrong with it)."""
+    try:
+        saved = json.loads((Path(path) / "meta.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return saved if isinstance(saved, dict) else {}
+
+
 class StateDir:
     """The files of one crawl's state."""
 
