@@ -72,7 +72,7 @@ class Crawler:
         """`on_page_fetch`: told as each page fetch starts (robots.txt excluded), to measure."""
         self.cfg, self.scratch = cfg, scratch
         cluster_type = _cluster_type(cfg)  # first: a ConfigError must leave stateDir alone
-        if not scratch:
+        if not scratch and cfg.cluster is None:  # a node's state is wiped (Redis holds it)
             _keep_saved_hash_size(cfg)
         self.stats = Stats()
         self.state = StateDir(
