@@ -262,9 +262,10 @@ class Crawler:
         if self.saved.fresh and not self.resumed and not self.finished_before:
             log.info("stateDir %s: new crawl", Path(cfg.state_dir).resolve())
         else:  # a checkpoint, or (killed before the first one) FIFOs and a done-record
-            log.info("stateDir %s: resumed, %d URLs to fetch%s", Path(cfg.state_dir).resolve(),
-                     self.resumed, f" ({self.finished_before} finished after the last "
-                     "checkpoint are not fetched again)" if self.finished_before else "")
+            skipped = (f" ({self.finished_before} finished after the last checkpoint are not "
+                       "fetched again)" if self.finished_before else "")
+            log.info("stateDir %s: resumed, about %d URLs to fetch%s",
+                     Path(cfg.state_dir).resolve(), self.resumed, skipped)
         host = f"[{cfg.http_host}]" if ":" in cfg.http_host else cfg.http_host
         for port, what, path in ((cfg.http_port, "status page (httpPort)", "/"),
                                  (cfg.input_port, "input port (inputPort)", "/urls")):

@@ -147,7 +147,7 @@ async def test_the_log_says_config_state_ports_and_outputs_at_start(make_web):
     proc.send_signal(signal.SIGTERM)
     await asyncio.wait_for(proc.communicate(), 30)
     again = log.read_text()[len(first):]
-    assert f"stateDir {tw.tmp / 'state'}: resumed, 2 URLs to fetch" in again
+    assert f"stateDir {tw.tmp / 'state'}: resumed, about 2 URLs to fetch" in again
 
 
 async def test_a_restart_after_kill_9_before_any_checkpoint_says_resumed(make_web):

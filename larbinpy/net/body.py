@@ -226,7 +226,8 @@ async def _read(
             if truncate:
                 return
             raise BodyError(Outcome.tooBig)
-        await got.reserve(keep_raw)
+        if got.memory is not None and got.size + (got.wire if keep_raw else 0) > got.reserved:
+            await got.reserve(keep_raw)
         if limiter is not None:
             await limiter.take(len(chunk))
         if min_rate:

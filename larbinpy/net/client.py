@@ -9,6 +9,8 @@ headers.
 
 from __future__ import annotations
 
+import asyncio
+import ssl
 from typing import Any
 
 from larbinpy.config import Config
@@ -82,3 +84,18 @@ class LazySession:
         """Close the session, if one was made."""
         if self._session is not None:
             await self._session.close()
+
+
+def failure_kind(exc: BaseException, session: LazySession) -> Outcome | None:
+    """The outcome kind of a failed request (either client); None for an exception that is
+    not a request's failure (a bug, to be raised)."""
+    kind = session.failure_kind(exc)  # aiohttp's errors (HTTPS, proxies), if it was used
+    if kind is not None:
+        return kind
+    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+        return Outcome.timeout
+    if isinstance(exc, ssl.SSLError):  # before OSError, of which it is one
+        return Outcome.tlsError
+    if isinstance(exc, OSError | ValueError):
+        return Outcome.noConnection
+    return None

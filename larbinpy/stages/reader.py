@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import ssl
 import time
 from typing import Any
 
@@ -37,7 +36,7 @@ from larbinpy.links.sitemaps import MAX_BYTES as SITEMAP_MAX_BYTES
 from larbinpy.links.urls import Normalizer
 from larbinpy.net.backoff import BACK_OFF_STATUSES, BackOff
 from larbinpy.net.body import BodyError, read_body
-from larbinpy.net.client import LazySession
+from larbinpy.net.client import LazySession, failure_kind
 from larbinpy.net.cookies import CookieJar
 from larbinpy.net.docmemory import DocumentMemory
 from larbinpy.net.http1 import FetchError, Http1Client, split_http_url
@@ -158,7 +157,10 @@ class Reader:
         except (BodyError, FetchError) as exc:
             return exc.kind
         except Exception as exc:  # noqa: BLE001 - every failure becomes one counted outcome
-            return failure_kind(exc, self.session)
+            kind = failure_kind(exc, self.session)
+            if kind is None:
+                raise
+            return kind
 
     async def _answered(self, site: Site, job: Job, resp: Answer, ex: Exchange) -> Outcome:
         """Keep the site's cookies, then route the response."""
@@ -269,17 +271,3 @@ class Reader:
 def _path(url: str, key: str) -> str:
     """The path (and query) of a URL of the site `key`."""
     return url[len(key):] or "/"
-
-
-def failure_kind(exc: BaseException, session: LazySession) -> Outcome:
-    """The outcome kind of a failed fetch."""
-    kind = session.failure_kind(exc)  # aiohttp's errors (HTTPS, proxies), if it was used
-    if kind is not None:
-        return kind
-    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
-        return Outcome.timeout
-    if isinstance(exc, ssl.SSLError):
-        return Outcome.tlsError
-    if isinstance(exc, OSError | ValueError):
-        return Outcome.noConnection
-    raise exc

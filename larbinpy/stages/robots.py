@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import ssl
 import time
 from collections.abc import Callable
 
@@ -47,7 +46,7 @@ from larbinpy.frontier.sites import Sites
 from larbinpy.links.sitemaps import MAX_NESTING
 from larbinpy.net.backoff import retry_after
 from larbinpy.net.body import BodyError, read_body
-from larbinpy.net.client import LazySession
+from larbinpy.net.client import LazySession, failure_kind
 from larbinpy.net.docmemory import DocumentMemory, Reservation
 from larbinpy.net.http1 import FetchError, Http1Client, split_http_url
 from larbinpy.net.policy import NetworkPolicy
@@ -218,11 +217,10 @@ class Robots:
                 url = target
         except Exception as exc:  # noqa: BLE001 - a failure, unless it is a bug (re-raised)
             assert self.session is not None
-            kind = self.session.failure_kind(exc)  # aiohttp's errors, if it was used
-            if kind is Outcome.tlsError or isinstance(exc, ssl.SSLError):
+            kind = failure_kind(exc, self.session)
+            if kind is Outcome.tlsError:
                 return TLS_FAILED, b"", None
-            if kind is None and not isinstance(
-                    exc, TimeoutError | OSError | ValueError | BodyError | FetchError):
+            if kind is None and not isinstance(exc, BodyError | FetchError):
                 raise
             return None, b"", None
         return 404, b"", None  # RFC 9309: too many redirects means "unavailable": allow all
