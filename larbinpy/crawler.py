@@ -41,7 +41,7 @@ from larbinpy.outputs import Outputs
 from larbinpy.records import Job, Site, SiteState
 from larbinpy.stages.bandwidth import BandwidthLimiter
 from larbinpy.stages.dns import Dns
-from larbinpy.stages.input import Input, LocalAdmission
+from larbinpy.stages.input import Admission, Input, LocalAdmission
 from larbinpy.stages.opener import Opener, PageFetch, RobotsFetch
 from larbinpy.stages.parser import Parser
 from larbinpy.stages.reader import Reader
@@ -108,10 +108,11 @@ class Crawler:
                            forward=never_forward if cluster is None else cluster.forward,
                            crawl_log=self.crawl_log)
         self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call)
-        admission = (LocalAdmission(self.frontier, self.seen, self.stats, self.sequencer.notify)
-                     if cluster is None else cluster.admission)
+        self.admission: Admission = (
+            LocalAdmission(self.frontier, self.seen, self.stats, self.sequencer.notify)
+            if cluster is None else cluster.admission)
         self.input = Input(cfg, self.normalizer, self.seen, self.frontier, self.stats,
-                           admission, self.sequencer.notify)
+                           self.admission, self.sequencer.notify)
         policy = NetworkPolicy(cfg.allow_networks)  # one for DNS and robots.txt redirects
         self.outputs = Outputs(cfg, self.stats)
         # robots.txt verdicts outlive the process: stateDir's file, behind Redis in a cluster
@@ -279,8 +280,8 @@ class Crawler:
 
     def _resume(self) -> None:
         """Put back what the last checkpoint held in memory, and restart spilled sites."""
-        if self.cluster is None:
-            self._mark_queued_seen()
+        if isinstance(self.admission, LocalAdmission):
+            self.admission.recover()
         finished = self.finished_before = len(self.crawl_log.skip)
         jobs = [j for j in self.saved.jobs if not self.crawl_log.finished_before(j.url)]
         # the FIFOs still hold the finished URLs the checkpoint's jobs did not (skipped later)
@@ -296,19 +297,6 @@ class Crawler:
             # from restoring them a second time
             self.checkpoint()
         self.saved.jobs = []
-
-    def _mark_queued_seen(self) -> None:
-        """A kill between queueing a batch of URLs and marking it seen (LocalAdmission.admit)
-        leaves URLs queued and unseen: the page they came from, fetched again, would queue them
-        a second time (two fetches). They end a FIFO: mark seen its newest URLs back to the
-        first one already seen."""
-        for windows in self.frontier.newest_urls():
-            for urls in windows:
-                fresh = self.seen.missing(urls)
-                if fresh:
-                    self.seen.add(fresh)
-                if len(fresh) < len(urls):
-                    break
 
     async def _load_seeds(self) -> None:
         """startUrl lines, then seedFile, through the input stage."""

@@ -51,6 +51,11 @@ class Frontier(Protocol):
         """Forget what lies before cursors that a durable checkpoint saved."""
         ...
 
+    def newest_urls(self) -> Iterable[Iterable[list[str]]]:
+        """Per FIFO, the URLs queued last, newest windows first (consumed ones included):
+        where a restart finds the batch a kill cut short between queueing and marking seen."""
+        ...
+
     def close(self) -> None:
         """Release files."""
         ...

@@ -68,14 +68,26 @@ class LocalAdmission:
     def admit(self, jobs: list[Job], force: bool = False) -> None:
         """Enqueue durably, then mark seen, in that order (see why below)."""
         # On the FIFO files before marking seen: after a crash a URL may be queued and not in
-        # the bitmap (a restart marks it: Crawler._mark_queued_seen), never in the bitmap and
-        # nowhere else (lost).
+        # the bitmap (a restart marks it: `recover`), never in the bitmap and nowhere else
+        # (lost).
         # `force` needs nothing here: the only seen test was the caller's.
         self.frontier.push(jobs)
         self.frontier.flush()
         self.seen.add(j.url for j in jobs)
         self.stats.urls_seen += len(jobs)
         self.on_queued()
+
+    def recover(self) -> None:
+        """At a restart: a kill between `admit`'s push and its marking left URLs queued and
+        unseen, and the page they came from, fetched again, would queue them a second time.
+        They end a FIFO: mark seen its newest URLs back to the first one already seen."""
+        for windows in self.frontier.newest_urls():
+            for urls in windows:
+                fresh = self.seen.missing(urls)
+                if fresh:
+                    self.seen.add(fresh)
+                if len(fresh) < len(urls):
+                    break
 
 
 class Input:
