@@ -199,13 +199,13 @@ class Crawler:
 
     def figures(self) -> Figures:
         """Every figure of the status page, status.json and /metrics (walks the sites)."""
+        census = self.sites.census()
         return Figures(
-            gauges=self.gauges(), site_states=self.sites.count_by_state(),
-            sites_parked=self.sites.parked(),
+            gauges=self.gauges(), site_states=census.states, sites_parked=census.parked,
             outputs=self.outputs.status(),
             cluster=self.cluster.status() if self.cluster is not None else None,
             version=self.version, tls_verify=self.cfg.tls_verify, proxy=self.cfg.proxy,
-            waiting_for=self.sites.waiting_for(asyncio.get_running_loop().time()),
+            waiting_for=census.waiting_for(asyncio.get_running_loop().time()),
             seen_set=None if self.cluster is not None else {
                 "kind": self.cfg.seen_set, "bitmap_fill": round(self.seen.fill(), 6),
                 "expected_loss": self.seen.expected_loss()},

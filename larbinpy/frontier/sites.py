@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from larbinpy.frontier.crawllog import CrawlLog
@@ -217,36 +218,45 @@ class Sites:
         for site in self.by_key.values():
             yield from site.queue
 
-    def count_by_state(self) -> dict[str, int]:
-        """How many sites are in each state (for the status page). A ready site that is
-        `parked()` is counted there, not under "ready": each site is in exactly one figure of
-        the two, and the states with `parked()` add up to the sites known."""
-        counts = {s.value: 0 for s in SiteState}
+    def census(self) -> Census:
+        """The table as the status page shows it, in one walk of it."""
+        states, parked, retries = {s.value: 0 for s in SiteState}, 0, []
         for site in self.by_key.values():
-            counts[site.state.value] += 1
-        counts[SiteState.READY.value] -= self.parked()
-        return counts
+            state = site.state
+            if state is SiteState.READY and (site.timer is not None or site.waiting_ip):
+                parked += 1
+            else:
+                states[state.value] += 1
+            if state is SiteState.ROBOTS and site.robots_failures and self.has_work(site):
+                retries.append((site.ready_at, site.key))
+        retries.sort()
+        return Census(states, parked, retries)
 
     def parked(self) -> int:
-        """Ready sites waiting on a politeness timer or on their IP's turn (for the status
-        page). A site waiting for robots.txt is counted under that state, timer or not."""
-        return sum(1 for s in self.by_key.values()
-                   if s.state is SiteState.READY and (s.timer is not None or s.waiting_ip))
+        """Ready sites waiting on a politeness timer or on their IP's turn."""
+        return self.census().parked
+
+
+@dataclass(frozen=True, slots=True)
+class Census:
+    """The site table's figures for the status page. Each site is in exactly one figure of
+    `states` and `parked`: a ready site waiting on a politeness timer or on its IP's turn is
+    parked, not ready, and a site waiting for robots.txt is under that state, timer or not."""
+
+    states: dict[str, int]
+    parked: int
+    retries: list[tuple[float, str]]  # robots.txt retries: (loop time, site), soonest first
 
     def waiting_for(self, now: float) -> tuple[str, ...]:
         """What the crawl waits for, in words (status page, when not idle): the robots.txt
-        retries, the soonest first and at most WAITING_SHOWN, then how many sites are
-        `parked()`. `now` is the loop's clock, the sites' `ready_at`'s."""
-        sites = self.by_key.values()
-        retrying = [s for s in sites if s.robots_failures and s.state is SiteState.ROBOTS
-                    and self.has_work(s)]
-        retries = sorted((s.ready_at, s.key) for s in retrying)
+        retries, the soonest first and at most WAITING_SHOWN, then how many sites are parked.
+        `now` is the loop's clock, the retries' times'."""
         wall = time.time() - now
         shown = [f"robots.txt retry of {key} at "
                  f"{time.strftime('%H:%M:%S', time.gmtime(wall + at))} UTC"
-                 for at, key in retries[:WAITING_SHOWN]]
-        if len(retries) > WAITING_SHOWN:
-            shown.append(f"{len(retries) - WAITING_SHOWN} more robots.txt retries")
-        if (parked := self.parked()) > 0:  # the status page's "parked" figure
-            shown.append(f"{parked} sites parked on a politeness timer or their IP's turn")
+                 for at, key in self.retries[:WAITING_SHOWN]]
+        if len(self.retries) > WAITING_SHOWN:
+            shown.append(f"{len(self.retries) - WAITING_SHOWN} more robots.txt retries")
+        if self.parked > 0:  # the status page's "parked" figure
+            shown.append(f"{self.parked} sites parked on a politeness timer or their IP's turn")
         return tuple(shown)
