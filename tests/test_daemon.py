@@ -122,20 +122,38 @@ async def test_status_page_shows_the_figures_in_a_real_browser(make_web):
     assert '<svg id="chart"' in page or "throughput chart" in page
 
 
-async def test_the_log_says_config_state_ports_and_outputs_at_start(make_web):
-    """Started, stopped with two URLs still queued (waitDuration 30), started again: the log
-    names the file, the state dir (new, then resumed with its count), ports and outputs."""
-    tw = await make_web(web())
-    log = tw.tmp / "larbinpy.log"
-    extra = f"logFile {log}\noutput links\nrobots off\nwaitDuration 30\n"
-    proc, port = await start_daemon(tw, extra)
+def logged(tw, extra: str) -> str:
+    """Config lines: log to tmp/larbinpy.log, links output, waitDuration 30 (after the first
+    page of d.test two of its URLs stay queued), then `extra`."""
+    return f"logFile {tw.tmp / 'larbinpy.log'}\noutput links\nrobots off\nwaitDuration 30\n{extra}"
+
+
+async def crawl_one_page_then(tw, extra: str, stop: signal.Signals) -> tuple[int, str]:
+    """A daemon (`logged` lines) gets d.test, fetches a page, then gets `stop`; (its port,
+    the log so far)."""
+    proc, port = await start_daemon(tw, logged(tw, extra))
     try:
         await asyncio.to_thread(submit, port, tw.url("d.test"))
         await until(lambda: json.loads(get(port, "/status.json"))["pages"] >= 1, "a page")
     finally:
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(stop)
         await asyncio.wait_for(proc.communicate(), 30)
-    first = log.read_text()
+    return port, (tw.tmp / "larbinpy.log").read_text()
+
+
+async def start_again(tw, extra: str, before: str) -> str:
+    """The same daemon started again and stopped at once; what it added to the log."""
+    proc, _ = await start_daemon(tw, logged(tw, extra))
+    proc.send_signal(signal.SIGTERM)
+    await asyncio.wait_for(proc.communicate(), 30)
+    return (tw.tmp / "larbinpy.log").read_text()[len(before):]
+
+
+async def test_the_log_says_config_state_ports_and_outputs_at_start(make_web):
+    """Started, stopped with two URLs still queued (waitDuration 30), started again: the log
+    names the file, the state dir (new, then resumed with its count), ports and outputs."""
+    tw = await make_web(web())
+    port, first = await crawl_one_page_then(tw, "", signal.SIGTERM)
     assert "stopping: no new fetches; waiting for the 0 in flight" in first
     assert "larbinpy.progress: stopped after " in first.splitlines()[-1]  # the end, in the file
     assert f"config {tw.tmp / 'larbin.conf'}" in first
@@ -143,10 +161,7 @@ async def test_the_log_says_config_state_ports_and_outputs_at_start(make_web):
     assert f"status page (httpPort) on http://127.0.0.1:{port}/" in first
     assert f"input port (inputPort) on http://127.0.0.1:{port}/urls" in first
     assert f"outputs: links in {tw.tmp / 'save'}" in first
-    proc, port = await start_daemon(tw, extra)
-    proc.send_signal(signal.SIGTERM)
-    await asyncio.wait_for(proc.communicate(), 30)
-    again = log.read_text()[len(first):]
+    again = await start_again(tw, "", first)
     assert f"stateDir {tw.tmp / 'state'}: resumed, about 2 URLs to fetch" in again
 
 
@@ -154,21 +169,9 @@ async def test_a_restart_after_kill_9_before_any_checkpoint_says_resumed(make_we
     """Killed before its first checkpoint, the crawl left FIFOs and a done-record: the next
     start resumes them and says so (not "new crawl")."""
     tw = await make_web(web())
-    log = tw.tmp / "larbinpy.log"
-    extra = f"logFile {log}\noutput links\nrobots off\nwaitDuration 30\ncheckpointInterval 3600\n"
-    proc, port = await start_daemon(tw, extra)
-    try:
-        await asyncio.to_thread(submit, port, tw.url("d.test"))
-        await until(lambda: json.loads(get(port, "/status.json"))["pages"] >= 1, "a page")
-    finally:
-        proc.kill()
-        await proc.wait()
-    first = log.read_text()
+    _, first = await crawl_one_page_then(tw, "checkpointInterval 3600\n", signal.SIGKILL)
     assert f"stateDir {tw.tmp / 'state'}: new crawl" in first
-    proc, port = await start_daemon(tw, extra)
-    proc.send_signal(signal.SIGTERM)
-    await asyncio.wait_for(proc.communicate(), 30)
-    again = log.read_text()[len(first):]
+    again = await start_again(tw, "checkpointInterval 3600\n", first)
     assert "new crawl" not in again
     assert f"stateDir {tw.tmp / 'state'}: resumed" in again
 
