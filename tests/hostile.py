@@ -261,6 +261,14 @@ class HostileServer:
         """Absolute URL of a path on a hostile host."""
         return f"http://{host}:{self.port}{path}"
 
+    def crawl_conf(self, tmp: object, dns_address: str, extra: str = "") -> str:
+        """larbin.conf for a crawl of every site's start page: state and outputs under `tmp`,
+        the given DNS server, no output, twenty connections, then `extra`."""
+        return (f"stateDir {tmp}/state\nsaveDir {tmp}/save\ndnsServers {dns_address}\n"
+                "allowNetworks 127.0.0.0/8 end\nhttpPort 0\ninputPort 0\nwaitDuration 0\n"
+                "pagesConnexions 20\noutput none\nexitAtEnd\nforbiddenExtensions .zip end\n"
+                + extra + "".join(f"startUrl {self.url(s)}\n" for s in self.sites))
+
     def hits_for(self, host: str) -> list[HostileHit]:
         """Requests made to one host, robots.txt included."""
         return [h for h in self.hits if h.host == host]

@@ -93,15 +93,6 @@ def run_crawler_process(text: str) -> dict:
     return json.loads(done.stdout)
 
 
-def crawl_text(tmp_path: Path, dns: DnsServer, server: h.HostileServer, conf: str) -> str:
-    """larbin.conf for a crawl of the server's sites' start pages."""
-    return (f"stateDir {tmp_path}/state\nsaveDir {tmp_path}/save\ndnsServers {dns.address}\n"
-            "allowNetworks 127.0.0.0/8 "
-            "end\nhttpPort 0\ninputPort 0\nwaitDuration 0\npagesConnexions 20\noutput none\n"
-            "exitAtEnd\nforbiddenExtensions .zip end\n" + conf
-            + "".join(f"startUrl {server.url(s)}\n" for s in server.sites))
-
-
 @contextlib.asynccontextmanager
 async def serving(sites: list[h.HostileSite]) -> AsyncIterator[tuple[h.HostileServer, DnsServer]]:
     """The hostile server for these sites and a DNS server naming them; stopped after."""
@@ -122,7 +113,7 @@ async def serving(sites: list[h.HostileSite]) -> AsyncIterator[tuple[h.HostileSe
 async def crawl_in_a_process(tmp_path: Path, sites: list[h.HostileSite], conf: str) -> dict:
     """Crawl the sites' start pages in a fresh crawler process (`run_crawler_process`)."""
     async with serving(sites) as (server, dns):
-        text = crawl_text(tmp_path, dns, server, conf)
+        text = server.crawl_conf(tmp_path, dns.address, conf)
         return await asyncio.to_thread(run_crawler_process, text)
 
 
@@ -223,7 +214,8 @@ async def crawl_in_process(tmp_path: Path, sites: list[h.HostileSite], conf: str
                            ) -> tuple[Crawler, h.HostileServer]:
     """Crawl the sites' start pages in this process: the crawler, and the server."""
     async with serving(sites) as (server, dns):
-        crawler = Crawler(parse_config(crawl_text(tmp_path, dns, server, conf)), scratch=True)
+        cfg = parse_config(server.crawl_conf(tmp_path, dns.address, conf))
+        crawler = Crawler(cfg, scratch=True)
         await asyncio.wait_for(crawler.run(), CRAWL_TIMEOUT)
     return crawler, server
 

@@ -211,11 +211,7 @@ async def test_concurrent_huge_sitemaps_stay_within_the_page_memory_budget(tmp_p
         site.paths["/sm.xml"] = huge_sitemap(size)
     dns = DnsServer(server.dns_records)
     await dns.start()
-    text = (f"stateDir {tmp_path}/state\nsaveDir {tmp_path}/save\ndnsServers {dns.address}\n"
-            "allowNetworks 127.0.0.0/8 "
-            "end\nhttpPort 0\ninputPort 0\nwaitDuration 0\npagesConnexions 20\noutput none\n"
-            "exitAtEnd\nforbiddenExtensions .zip end\n"
-            + "".join(f"startUrl {server.url(s.host)}\n" for s in sites))
+    text = server.crawl_conf(tmp_path, dns.address)
     cfg = parse_config(text)
     try:
         done = await asyncio.to_thread(
