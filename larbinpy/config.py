@@ -670,6 +670,12 @@ KEYS: dict[str, Key] = _table()
 # --- parsing --------------------------------------------------------------------------------
 
 
+def default_hash_size(seen_set: str, cluster: bool) -> int:
+    """hashSize when larbin.conf sets none: the key's default where the bitmap only filters
+    (seenSet exact), LOSSY_HASH_SIZE where its fill is the loss (seenSet bitmap, a cluster)."""
+    return LOSSY_HASH_SIZE if seen_set == "bitmap" or cluster else Config.hash_size
+
+
 def load_config(path: str | Path) -> Config:
     """Read and validate a larbin.conf file."""
     p = Path(path)
@@ -687,8 +693,8 @@ def parse_config(text: str, path: str = "larbin.conf") -> Config:
     i = 0
     while i < len(tokens):
         i = _parse_key(cfg, tokens, i)
-    if "hashsize" not in cfg.lines and (cfg.seen_set == "bitmap" or cfg.cluster is not None):
-        cfg.hash_size = LOSSY_HASH_SIZE
+    if "hashsize" not in cfg.lines:
+        cfg.hash_size = default_hash_size(cfg.seen_set, cfg.cluster is not None)
     validate(cfg)
     return cfg
 
