@@ -54,11 +54,13 @@ class Throttle(Protocol):
 
 
 class BodyError(Exception):
-    """The body could not be read within the limits: `kind` is the outcome to count."""
+    """The body could not be read within the limits: `kind` is the outcome to count; for a
+    timeout, `timeout` names the limit (minRate)."""
 
-    def __init__(self, kind: Outcome) -> None:
+    def __init__(self, kind: Outcome, timeout: str | None = None) -> None:
         super().__init__(kind)
         self.kind = kind
+        self.timeout = timeout
 
 
 @dataclass(slots=True)
@@ -238,7 +240,7 @@ def _check_rate(nbytes: int, start: float, min_rate: float) -> None:
     """minRate: after the grace period, a body arriving slower than min_rate is cut off."""
     elapsed = time.monotonic() - start
     if elapsed > MIN_RATE_GRACE and nbytes / elapsed < min_rate:
-        raise BodyError(Outcome.timeout)
+        raise BodyError(Outcome.timeout, "minRate")
 
 
 def html_for_links(data: bytes, content_type: str) -> bytes:
