@@ -32,7 +32,7 @@ from json.encoder import encode_basestring
 from pathlib import Path
 
 from larbinpy.records import Job
-from larbinpy.stats import Outcome
+from larbinpy.stats import Outcome, counted
 
 log = logging.getLogger("larbinpy.crawllog")
 
@@ -142,8 +142,8 @@ class CrawlLog:
                 with contextlib.suppress(OSError):
                     os.ftruncate(fd, start)
             if self.write_errors == 1 or self.write_errors % 1000 == 0:
-                log.warning("crawl log lines lost (%d writes failed so far): %s",
-                            self.write_errors, exc)
+                log.warning("crawl log lines lost (%s failed so far): %s",
+                            counted(self.write_errors, "write"), exc)
 
     def mark(self) -> int:
         """A checkpoint's snapshot is being taken: write what is gathered; the done-record's
