@@ -682,7 +682,7 @@ class Http1Client:
                          else "timeoutConnect")
             except OSError:
                 last, limit = Outcome.noConnection, None
-        raise FetchError(last if ips else Outcome.noDNS, limit if ips else None)
+        raise FetchError(last if ips else Outcome.noDNS, limit)
 
     async def _open(self, host: str, port: int, ip: str,
                     deadline: float) -> tuple[asyncio.BaseTransport, Connection]:
