@@ -97,3 +97,8 @@ class Stats:
     def errors(self) -> int:
         """URLs that failed to be fetched (FETCH_ERRORS), not those a rule left unfetched."""
         return sum(self.outcomes[k] for k in FETCH_ERRORS)
+
+
+def counted(n: int, noun: str) -> str:
+    """A count and its noun for a human: '1 page', '3 pages' (every noun counted takes an s)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-from conftest import html, until
+import hostile as h
+import pytest
+from conftest import CRAWL_TIMEOUT, html, until
+from yarl import URL
 
-from larbinpy.demo import Page, Site
+from larbinpy.config import parse_config
+from larbinpy.crawler import Crawler
+from larbinpy.demo import DnsServer, Page, Site
 from larbinpy.demo.web import redirect
 from larbinpy.frontier.crawllog import CrawlLog
 from larbinpy.records import Job
@@ -85,6 +92,64 @@ async def test_an_absolute_crawl_log_path_is_used_as_it_is(make_web):
     path = tw.tmp / "logs" / "mine.jsonl"
     await tw.crawl(f"crawlLog {path}\nstartUrl {tw.url('a.test')}\n")
     assert len(lines(path)) == 7
+
+
+# Small limits, each trap run out of one: a stalled listener (its backlog full, so the connect
+# never completes), a head then silence, a body too slow for minRate, and one fast enough for
+# minRate that never ends.
+TIMEOUTS = "timeoutConnect 1\ntimeoutRead 2\ntimeoutTotal 6\nminRate 2000\nrobots off\n"
+TIMEOUT_NOTES = {
+    "unaccepted.trap": "connect took over 1 s (timeoutConnect)",
+    "stall.trap": "no byte for 2 s (timeoutRead)",
+    "slow.trap": "slower than 2000 bytes/s (minRate)",
+    "endless.trap": "over 6 s in all (timeoutTotal)",
+}
+
+
+@contextlib.asynccontextmanager
+async def timeout_traps() -> AsyncIterator[tuple[h.HostileServer, DnsServer]]:
+    """A trap for each timeout on the hostile server (unaccepted.trap: the stalled listener),
+    and a DNS server naming them; stopped after."""
+    server = h.HostileServer([
+        h.HostileSite("stall.trap", "127.0.3.1", h.stall(after_head=True)),
+        h.HostileSite("slow.trap", "127.0.3.2", h.drip(0.3)),  # 30 bytes/s
+        h.HostileSite("endless.trap", "127.0.3.3", h.drip(0.1, b"x" * 4096)),  # 40 KB/s
+    ], stalled_ips=["127.0.3.200"])
+    await server.start()
+    dns = DnsServer({**server.dns_records, "unaccepted.trap": ["127.0.3.200"]})
+    await dns.start()
+    try:
+        yield server, dns
+    finally:
+        await server.stop()
+        await dns.stop()
+
+
+async def crawl_notes(tmp: Path, dns: DnsServer, urls: list[str], extra: str = "",
+                      ) -> dict[str, object]:
+    """Crawl `urls` with these timeouts (and `extra`): host -> (kind, note) of its line."""
+    cfg = parse_config(f"stateDir {tmp}/state\nsaveDir {tmp}/save\ndnsServers {dns.address}\n"
+                       "allowNetworks 127.0.0.0/8 end\nhttpPort 0\ninputPort 0\n"
+                       f"waitDuration 0\noutput none\nexitAtEnd\n{TIMEOUTS}{extra}"
+                       + "".join(f"startUrl {url}\n" for url in urls))
+    await asyncio.wait_for(Crawler(cfg, scratch=True).run(), CRAWL_TIMEOUT)
+    return {str(URL(line["url"]).host): (line["kind"], line.get("note"))
+            for line in lines(tmp / "save" / "crawl.jsonl")}
+
+
+@pytest.mark.parametrize("client", ["http1", "aiohttp"])
+async def test_a_timeout_says_which_limit_ran_out(tmp_path: Path, client: str) -> None:
+    async with timeout_traps() as (server, dns):
+        traps = [server.url(host) for host in ("stall.trap", "slow.trap", "endless.trap")]
+        unaccepted = server.url("unaccepted.trap")
+        if client == "http1":  # plain http:// without a proxy: our own client
+            got = await crawl_notes(tmp_path, dns, [*traps, unaccepted])
+        else:  # through a proxy (the traps' server), and https:// without one: aiohttp
+            got = await crawl_notes(tmp_path / "proxied", dns, traps,
+                                    f"proxy 127.0.3.1 {server.port}\n")
+            got |= await crawl_notes(tmp_path / "tls", dns,
+                                     [unaccepted.replace("http:", "https:")])
+    assert got == {host: ("timeout", note) for host, note in TIMEOUT_NOTES.items()}
 
 
 def chain_web(pages: int) -> list[Site]:

@@ -25,6 +25,7 @@ from conftest import CRAWL_TIMEOUT, html
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
 from larbinpy.demo import DnsServer, LocalWeb, Site
+from larbinpy.net.body import MIN_RATE_GRACE
 from larbinpy.net.docmemory import DocumentMemory
 
 MiB = 1024 * 1024
@@ -272,6 +273,48 @@ async def test_a_stalled_read_holding_the_budget_ends_by_its_timeout(tmp_path: P
         "robots off\ndocumentMemory 1MiB\ntimeoutRead 1\ntimeoutTotal 30\n")
     out = crawler.stats.outcomes
     assert (out["timeout"], out["success"]) == (1, 1)  # the stalled read, and the other page
+    assert crawler.memory.waits >= 1 and crawler.memory.used == 0
+
+
+def paced(size: int, seconds: float, started: asyncio.Event) -> h.Trap:
+    """A page of `size` bytes with a Content-Length, sent over about `seconds` in chunks of
+    64 KiB (`started` set once its head and first chunk are out)."""
+    step = 64 * 1024
+    body = b"<html><body>" + b"z" * (size - 12)
+
+    async def trap(conn: h.Conn, path: str) -> None:
+        await conn.send(h.head(Content_Length=len(body)))
+        for i in range(0, len(body), step):
+            await conn.send(body[i : i + step])
+            started.set()
+            await asyncio.sleep(seconds * step / len(body))
+
+    return trap
+
+
+@pytest.mark.parametrize("client", ["http1", "aiohttp"])
+async def test_waiting_for_document_memory_is_not_counted_against_min_rate(
+        tmp_path: Path, client: str) -> None:
+    # a page taking the whole pool for 3.5 s (at three times minRate), then four fast 2 MiB
+    # pages (two without a Content-Length): those wait for room longer than minRate's grace
+    started = asyncio.Event()
+    holder = h.HostileSite("holder.test", "127.0.7.1", paced(MiB, 3.5, started))
+    body = b"<html>" + b"f" * 2 * MiB
+    fast = [h.HostileSite(f"fast{i}.test", f"127.0.7.{i + 2}",
+                          after(started, h.page(body) if i % 2 else streamed(body)))
+            for i in range(4)]
+    async with serving([holder, *fast]) as (server, dns):
+        proxy = f"proxy 127.0.7.1 {server.port}\n" if client == "aiohttp" else ""
+        cfg = parse_config(server.crawl_conf(
+            tmp_path, dns.address, f"robots off\ndocumentMemory 1MiB\nminRate 100000\n{proxy}"))
+        crawler = Crawler(cfg, scratch=True)
+        await asyncio.wait_for(crawler.run(), CRAWL_TIMEOUT)
+    out = crawler.stats.outcomes
+    assert (out["success"], out["timeout"]) == (5, 0), dict(out)
+    # the case was met: the fast pages waited for room, longer than the grace period
+    log = [json.loads(line) for line in (tmp_path / "save" / "crawl.jsonl").open()]
+    waited = [line["ms"] for line in log if "fast" in line["url"]]
+    assert len(waited) == 4 and max(waited) > MIN_RATE_GRACE * 1000, waited
     assert crawler.memory.waits >= 1 and crawler.memory.used == 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -118,3 +119,12 @@ def test_a_crash_is_a_json_line_too():
     (record,) = records(result.stderr)
     assert record["level"] == "CRITICAL" and record["message"] == "uncaught exception"
     assert record["exception"].endswith("RuntimeError: the crawler crashed")
+
+
+async def test_the_summary_of_one_page_of_one_site_says_each_in_the_singular(make_web):
+    tw = await make_web([Site("a.test", "127.0.0.2", {"/": html()})])
+    code, err = await crawl(tw, "")
+    assert code == 0, err
+    summary = err.splitlines()[-1]
+    assert re.fullmatch(r"larbinpy: done after [\d.]+ s: 1 page \([\d.]+/s\), [\d.]+ k?B, "
+                        r"1 URL seen, 1 site; outcomes: success 1", summary), summary

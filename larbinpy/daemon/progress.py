@@ -12,6 +12,7 @@ import time
 
 from larbinpy.daemon.status import StatusSource
 from larbinpy.runtime import logs_are_json, logs_to_file
+from larbinpy.stats import counted
 
 
 def human_bytes(n: float) -> str:
@@ -44,7 +45,7 @@ class Progress:
         pps, bps = g.stats.rates()
         queued = sum(g.queued_per_priority.values()) + g.queued_in_sites
         return (
-            f"{g.stats.pages} pages  {pps:.0f} pages/s  {human_bytes(bps)}/s  "
+            f"{counted(g.stats.pages, 'page')}  {pps:.0f} pages/s  {human_bytes(bps)}/s  "
             f"queue {queued}  in flight {g.in_flight}  errors {g.stats.errors()}"
         )
 
@@ -67,9 +68,9 @@ class Progress:
         kinds = ", ".join(f"{k} {v}" for k, v in stats.outcomes.items() if v)
         text = (
             f"{'stopped' if g.stopping else 'done'} after {elapsed:.1f} s: "
-            f"{stats.pages} pages ({stats.pages / max(elapsed, 1e-9):.1f}/s), "
-            f"{human_bytes(stats.bytes)}, {stats.urls_seen} URLs seen, "
-            f"{g.sites_known} sites; outcomes: {kinds or 'none'}"
+            f"{counted(stats.pages, 'page')} ({stats.pages / max(elapsed, 1e-9):.1f}/s), "
+            f"{human_bytes(stats.bytes)}, {counted(stats.urls_seen, 'URL')} seen, "
+            f"{counted(g.sites_known, 'site')}; outcomes: {kinds or 'none'}"
         )
         if logs_are_json():  # stderr and logFile carry JSON lines only
             log.info("%s", text)

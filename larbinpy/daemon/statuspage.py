@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from larbinpy.daemon.progress import human_bytes
+from larbinpy.stats import counted
 
 REFRESH_SECONDS = 5
 # outcome kinds of a link or URL refused before it is queued (links_dropped in /metrics)
@@ -115,7 +116,8 @@ def _banner(s: dict[str, Any]) -> str:
         return ""
     return (f'<div id="paused" role="alert"><strong>PAUSED</strong>: '
             f'{html.escape(str(out["paused_reason"]))}<br>No new fetch starts until the '
-            f'output can write again ({out["backlog"]} pages waiting to be written).</div>')
+            f'output can write again ({counted(out["backlog"], "page")} waiting to be '
+            'written).</div>')
 
 
 def _failures(lines: list[dict[str, Any]]) -> str:
@@ -189,7 +191,7 @@ politeness timer or their IP's turn.</p>
 {_cluster_html(s.get("cluster"))}
 <h2>Queued per priority</h2><table id="queues">{_rows(queues)}</table>
 <h2>Fetch outcomes</h2><table id="outcomes">{_rows(outcomes)}</table>
-<p>{zero} kinds at zero not shown.</p>
+<p>{counted(zero, "kind")} at zero not shown.</p>
 <p>Also: <a href="/status.json">status.json</a>, <a href="/metrics">metrics</a>.</p>
 </body></html>
 """

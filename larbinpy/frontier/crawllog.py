@@ -11,7 +11,8 @@ of the event-loop turn (a `call_soon` callback), so a `kill -9` loses at most th
 turn it interrupts; nothing is fsynced on this path.
 
 - The crawl log (`crawlLog`, optional): one JSON object a line for the operator (`t`, `url`,
-  `kind`, `status`, `bytes`, `ms`, `type`, `depth`, `via`). Whole lines only: a failed write is
+  `kind`, `status`, `bytes`, `ms`, `type`, `depth`, `via`, and `note` when the kind does not
+  say why: the robots.txt failure, the timeout's limit). Whole lines only: a failed write is
   cut back to the last whole line. Reopened by name on SIGHUP (logrotate).
 - The done-record (`stateDir/done`): the URLs finished since the last checkpoint. On restart
   they are the `skip` set: the checkpoint's jobs and the FIFOs' replay include them, and the
@@ -31,7 +32,7 @@ from json.encoder import encode_basestring
 from pathlib import Path
 
 from larbinpy.records import Job
-from larbinpy.stats import Outcome
+from larbinpy.stats import Outcome, counted
 
 log = logging.getLogger("larbinpy.crawllog")
 
@@ -96,7 +97,8 @@ class CrawlLog:
     def record(self, job: Job, kind: Outcome, status: int | None = None, nbytes: int = 0,
                ms: int = 0, ctype: str | None = None, note: str | None = None) -> None:
         """The final outcome of one job (written at the end of this loop turn); `note` says
-        why in words when the kind does not (a robots.txt that could not be read)."""
+        why in words when the kind does not (a robots.txt that could not be read, which
+        timeout ran out)."""
         if self.skip and self.finished_before(job.url):
             return  # its line was written before the crash (a replayed job dropped again)
         if self.on_record is not None:
@@ -140,8 +142,8 @@ class CrawlLog:
                 with contextlib.suppress(OSError):
                     os.ftruncate(fd, start)
             if self.write_errors == 1 or self.write_errors % 1000 == 0:
-                log.warning("crawl log lines lost (%d writes failed so far): %s",
-                            self.write_errors, exc)
+                log.warning("crawl log lines lost (%s failed so far): %s",
+                            counted(self.write_errors, "write"), exc)
 
     def mark(self) -> int:
         """A checkpoint's snapshot is being taken: write what is gathered; the done-record's

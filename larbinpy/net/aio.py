@@ -141,6 +141,17 @@ def make_session(cfg: Config, dns: HostLookup, headers: dict[str, str],
     )
 
 
+def timeout_limit(exc: BaseException) -> str | None:
+    """Which timeout an aiohttp failure ran out of: timeoutConnect or timeoutRead (its own
+    errors), timeoutTotal (the session's total timeout, a plain TimeoutError); None if not a
+    timeout."""
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "timeoutConnect"
+    if isinstance(exc, aiohttp.SocketTimeoutError):
+        return "timeoutRead"
+    return "timeoutTotal" if isinstance(exc, asyncio.TimeoutError | TimeoutError) else None
+
+
 def failure_kind(exc: BaseException) -> Outcome | None:
     """The outcome kind of an aiohttp failure; None for an exception that is not aiohttp's."""
     if isinstance(exc, aiohttp.ClientConnectorError):

@@ -14,7 +14,8 @@ arrives; aiohttp's connections (HTTPS, proxies) count a body's bytes on the wire
 
 Given a `Reservation` of the process's document memory (`docmemory.py`), the body takes its
 bytes from it before holding them: all at once when Content-Length says how many, else as they
-arrive, waiting for room when the pool is full.
+arrive, waiting for room when the pool is full. Time spent waiting for room is ours, not the
+server's: minRate's clock does not run meanwhile (`_Got.take`).
 """
 
 from __future__ import annotations
@@ -54,11 +55,13 @@ class Throttle(Protocol):
 
 
 class BodyError(Exception):
-    """The body could not be read within the limits: `kind` is the outcome to count."""
+    """The body could not be read within the limits: `kind` is the outcome to count; for a
+    timeout, `timeout` names the limit (minRate)."""
 
-    def __init__(self, kind: Outcome) -> None:
+    def __init__(self, kind: Outcome, timeout: str | None = None) -> None:
         super().__init__(kind)
         self.kind = kind
+        self.timeout = timeout
 
 
 @dataclass(slots=True)
@@ -151,10 +154,9 @@ async def _read_body(
     length = resp.content_length
     if length is not None and length > limit and inflate is None and not truncate:
         raise BodyError(Outcome.tooBig)  # said up front: do not read it at all
-    got = _Got(memory=memory)
+    got = _Got(memory=memory, resp=resp)
     if memory is not None and length is not None and inflate is None:
-        got.reserved = min(length, limit) * (2 if keep_raw else 1)  # body, and its raw copy
-        await memory.take(got.reserved)
+        await got.take(min(length, limit) * (2 if keep_raw else 1))  # body, and its raw copy
     limit_reading = getattr(resp, "limit_reading", None)
     if limit_reading is not None:  # http1.Response: it watches every byte and the rate itself
         limit_reading(limit, min_rate, MIN_RATE_GRACE, truncate)
@@ -189,13 +191,28 @@ class _Got:
     size: int = 0
     memory: Reservation | None = None
     reserved: int = 0  # bytes taken from `memory` so far
+    resp: Any = None  # the response being read
+    waited: float = 0.0  # seconds spent waiting for room in `memory`
 
     async def reserve(self, keep_raw: bool) -> None:
         """Take from `memory` what the body holds beyond what was taken (waits for room)."""
         need = self.size + (self.wire if keep_raw else 0)
         if self.memory is not None and need > self.reserved:
-            await self.memory.take(need - self.reserved)
-            self.reserved = need
+            await self.take(need - self.reserved)
+
+    async def take(self, nbytes: int) -> None:
+        """Take `nbytes` more from `memory`, waiting for room; the wait is not the server's
+        slowness, so minRate's clock skips it (here for aiohttp's responses; an http1.Response
+        measures its rate from `started`, moved on by the wait)."""
+        assert self.memory is not None
+        began = time.monotonic()
+        await self.memory.take(nbytes)
+        self.reserved += nbytes
+        waited = time.monotonic() - began
+        if waited > 0:
+            self.waited += waited
+            if hasattr(self.resp, "limit_reading"):  # http1.Response (loop clock, same pace)
+                self.resp.started += waited
 
     def body(self, limit: int, keep_raw: bool) -> Body:
         """What was read, at most `limit` bytes of it."""
@@ -214,7 +231,7 @@ async def _read(
     truncate: bool,
 ) -> None:
     """`read_body`'s loop: the chunks into `got` as they come, decoded, under the limits."""
-    start = time.monotonic()
+    start = time.monotonic() - got.waited  # minRate's clock, less the waits for memory to come
     async for chunk in resp.content.iter_any():
         got.wire += len(chunk)
         if keep_raw:
@@ -231,14 +248,15 @@ async def _read(
         if limiter is not None:
             await limiter.take(len(chunk))
         if min_rate:
-            _check_rate(got.wire, start, min_rate)
+            _check_rate(got.wire, start + got.waited, min_rate)
 
 
 def _check_rate(nbytes: int, start: float, min_rate: float) -> None:
-    """minRate: after the grace period, a body arriving slower than min_rate is cut off."""
+    """minRate: after the grace period, a body arriving slower than min_rate since `start`
+    (moved on by any wait for memory) is cut off."""
     elapsed = time.monotonic() - start
     if elapsed > MIN_RATE_GRACE and nbytes / elapsed < min_rate:
-        raise BodyError(Outcome.timeout)
+        raise BodyError(Outcome.timeout, "minRate")
 
 
 def html_for_links(data: bytes, content_type: str) -> bytes:

@@ -14,7 +14,7 @@ import ssl
 from typing import Any
 
 from larbinpy.config import Config
-from larbinpy.net.body import ACCEPT_ENCODING
+from larbinpy.net.body import ACCEPT_ENCODING, BodyError
 from larbinpy.net.http1 import FetchError, Http1Client
 from larbinpy.net.policy import DeniedNetworkError
 from larbinpy.net.resolver import CrawlerResolver, HostLookup
@@ -80,6 +80,11 @@ class LazySession:
         """The outcome kind of an aiohttp failure; None if `exc` is not aiohttp's."""
         return None if self._aio is None else self._aio.failure_kind(exc)
 
+    def timeout_limit(self, exc: BaseException) -> str | None:
+        """Which timeout an aiohttp failure ran out of (`aio.timeout_limit`); None if `exc`
+        is not aiohttp's or not a timeout."""
+        return None if self._aio is None else self._aio.timeout_limit(exc)
+
     async def close(self) -> None:
         """Close the session, if one was made."""
         if self._session is not None:
@@ -99,3 +104,26 @@ def failure_kind(exc: BaseException, session: LazySession) -> Outcome | None:
     if isinstance(exc, OSError | ValueError):
         return Outcome.noConnection
     return None
+
+
+def failure_note(exc: BaseException, session: LazySession) -> str | None:
+    """The crawl log's words for a fetch that timed out: which limit ran out (either client,
+    or a body cut by minRate); None for any other failure."""
+    limit = getattr(exc, "timeout", None)  # FetchError, BodyError: set by our own code
+    if limit is None and not isinstance(exc, FetchError | BodyError):
+        limit = session.timeout_limit(exc)
+        if limit is None and isinstance(exc, asyncio.TimeoutError | TimeoutError):
+            # a fetch's deadline with our client (a wait for document memory ends there too)
+            limit = "timeoutTotal"
+    return None if limit is None else timeout_note(limit, session.cfg)
+
+
+def timeout_note(limit: str, cfg: Config) -> str:
+    """What a timeout's limit (its config key) means, in the crawl log's words."""
+    if limit == "timeoutConnect":
+        return f"connect took over {cfg.timeout_connect:g} s (timeoutConnect)"
+    if limit == "timeoutRead":
+        return f"no byte for {cfg.timeout_read:g} s (timeoutRead)"
+    if limit == "minRate":
+        return f"slower than {cfg.min_rate:g} bytes/s (minRate)"
+    return f"over {cfg.timeout_total:g} s in all (timeoutTotal)"

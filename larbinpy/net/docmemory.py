@@ -25,7 +25,7 @@ import logging
 import time
 from collections import deque
 
-from larbinpy.stats import Stats
+from larbinpy.stats import Stats, counted
 
 log = logging.getLogger("larbinpy.docmemory")
 LOG_EVERY = 60.0  # seconds between two "pool full" log lines
@@ -112,9 +112,9 @@ class DocumentMemory:
         now = time.monotonic()
         if now - self._logged >= LOG_EVERY:
             self._logged = now
-            log.info("documentMemory full: %.1f of %.1f MiB held, %d document(s) waiting for "
-                     "room (%d waits so far)", self.used / MiB, self.capacity / MiB,
-                     len(self._queue), self.waits)
+            log.info("documentMemory full: %.1f of %.1f MiB held, %s waiting for room (%s so "
+                     "far)", self.used / MiB, self.capacity / MiB,
+                     counted(len(self._queue), "document"), counted(self.waits, "wait"))
 
     def _grant(self, res: Reservation, nbytes: int) -> None:
         """`res` holds `nbytes` more."""

@@ -91,11 +91,13 @@ class HttpVersion(NamedTuple):
 
 
 class FetchError(Exception):
-    """A fetch failed: `kind` is the outcome to count."""
+    """A fetch failed: `kind` is the outcome to count; for a timeout, `timeout` names the limit
+    that ran out (timeoutConnect, timeoutRead, timeoutTotal or minRate)."""
 
-    def __init__(self, kind: Outcome) -> None:
+    def __init__(self, kind: Outcome, timeout: str | None = None) -> None:
         super().__init__(kind)
         self.kind = kind
+        self.timeout = timeout
 
 
 class _Stale(Exception):
@@ -332,9 +334,10 @@ class Connection(asyncio.Protocol):
             resp.fail(FetchError(Outcome.badHttp))
             self.close()
 
-    def stop(self, resp: Response, kind: Outcome) -> None:
-        """End the exchange: the reader gets `kind`, the socket closes."""
-        resp.fail(FetchError(kind))
+    def stop(self, resp: Response, kind: Outcome, timeout: str | None = None) -> None:
+        """End the exchange: the reader gets `kind` (and which limit ran out), the socket
+        closes."""
+        resp.fail(FetchError(kind, timeout))
         self.close()
 
     def over_budget(self, resp: Response) -> None:
@@ -492,7 +495,9 @@ class Connection(asyncio.Protocol):
                                                      self.last_io + self.read_timeout)
         if now >= due or (not self.paused and resp.over_rate(now)):
             if self.suspect:
-                self.stop(resp, Outcome.timeout)
+                limit = ("minRate" if now < due else "timeoutTotal" if now >= self.deadline
+                         else "timeoutRead")
+                self.stop(resp, Outcome.timeout, limit)
                 return
             self.suspect = True  # the loop reads the socket before the timer looks again
             self._arm(now + CONFIRM_AFTER)
@@ -665,6 +670,7 @@ class Http1Client:
         """A new connection to the first address of `host` that answers (by `deadline`), and
         the deadline moved by the time spent waiting for local resources (not the server's)."""
         ips = await self.resolve(host, port)
+        limit = None  # which timeout ended the last attempt
         for ip in ips:
             try:
                 (_, conn), waited = await patiently(
@@ -672,9 +678,11 @@ class Http1Client:
                 return conn, deadline + waited
             except TimeoutError:
                 last = Outcome.timeout
+                limit = ("timeoutTotal" if self.pool.loop.time() >= deadline
+                         else "timeoutConnect")
             except OSError:
-                last = Outcome.noConnection
-        raise FetchError(last if ips else Outcome.noDNS)
+                last, limit = Outcome.noConnection, None
+        raise FetchError(last if ips else Outcome.noDNS, limit)
 
     async def _open(self, host: str, port: int, ip: str,
                     deadline: float) -> tuple[asyncio.BaseTransport, Connection]:

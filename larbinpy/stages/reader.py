@@ -36,7 +36,7 @@ from larbinpy.links.sitemaps import MAX_BYTES as SITEMAP_MAX_BYTES
 from larbinpy.links.urls import Normalizer
 from larbinpy.net.backoff import BACK_OFF_STATUSES, BackOff
 from larbinpy.net.body import BodyError, read_body
-from larbinpy.net.client import LazySession, failure_kind
+from larbinpy.net.client import LazySession, failure_kind, failure_note
 from larbinpy.net.cookies import CookieJar
 from larbinpy.net.docmemory import DocumentMemory
 from larbinpy.net.http1 import FetchError, Http1Client, split_http_url
@@ -55,15 +55,16 @@ _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.\-]*):")
 
 class Exchange:
     """One fetch on its way through the reader: when it started, and what its crawl-log line
-    says of the answer (set as the answer is read)."""
+    says of the answer (set as the answer is read) or of the failure (`note`)."""
 
-    __slots__ = ("ctype", "nbytes", "start", "status")
+    __slots__ = ("ctype", "nbytes", "note", "start", "status")
 
     def __init__(self, start: float) -> None:
         self.start = start
         self.status: int | None = None
         self.ctype: str | None = None
         self.nbytes = 0  # bytes on the wire, when the body was read
+        self.note: str | None = None  # a timeout: which limit ran out
 
 
 class Reader:
@@ -136,7 +137,8 @@ class Reader:
         self.stats.count(kind)
         if kind is not Outcome.backedOff:  # a job sent back to its queue ends later
             self.crawl_log.record(job, kind, ex.status, ex.nbytes,
-                                  round((time.monotonic() - ex.start) * 1000), ex.ctype)
+                                  round((time.monotonic() - ex.start) * 1000), ex.ctype,
+                                  ex.note)
 
     async def _request(self, site: Site, job: Job, ex: Exchange) -> Outcome:
         """Send the request and read the response: the outcome kind."""
@@ -154,12 +156,13 @@ class Reader:
             url = URL(job.url, encoded=True)
             async with self.session.get(url, allow_redirects=False, headers=headers) as resp:
                 return await self._answered(site, job, resp, ex)
-        except (BodyError, FetchError) as exc:
-            return exc.kind
         except Exception as exc:  # noqa: BLE001 - every failure becomes one counted outcome
-            kind = failure_kind(exc, self.session)
+            kind = (exc.kind if isinstance(exc, BodyError | FetchError)
+                    else failure_kind(exc, self.session))
             if kind is None:
                 raise
+            if kind is Outcome.timeout:  # which limit ran out, in words
+                ex.note = failure_note(exc, self.session)
             return kind
 
     async def _answered(self, site: Site, job: Job, resp: Answer, ex: Exchange) -> Outcome:
