@@ -85,6 +85,10 @@ class FingerprintTable:
         self.buckets = size // BUCKET_BYTES
         self._count_path = Path(f"{self.path}.count")
         self.count = self._saved_count()
+        # A whole window is read into this one array (no bytes object and no array made per
+        # lookup); a window cut short by its bucket's end is read into a new one.
+        self._window = array("Q", bytes(8 * WINDOW))
+        self._into = [self._window]
 
     def _saved_count(self) -> int:
         """Fingerprints stored, as the last sync() wrote it (so opening a large table reads
@@ -111,8 +115,7 @@ class FingerprintTable:
             # Slots are never emptied, so a stored fingerprint sits between its home slot and
             # the first empty slot after it: found in the window, or absent if it has a 0.
             home = (fp >> 40) % SLOTS
-            window = array("Q", os.pread(fd, 8 * min(WINDOW, SLOTS - home),
-                                         (fp % nb) * BUCKET_BYTES + 8 * home))
+            window = self._read_window(fd, (fp % nb) * BUCKET_BYTES + 8 * home, home)
             if fp in window:
                 out.append(True)
             elif 0 in window:
@@ -120,6 +123,14 @@ class FingerprintTable:
             else:
                 out.append(fp in self._whole(fp % nb))
         return out
+
+    def _read_window(self, fd: int, at: int, home: int) -> array[int]:
+        """The slots from `home` on: WINDOW of them, fewer at the end of the bucket."""
+        if home > SLOTS - WINDOW:
+            return array("Q", os.pread(fd, 8 * (SLOTS - home), at))
+        if os.preadv(fd, self._into, at) != 8 * WINDOW:
+            raise OSError(f"{self.path}: short read at {at}: the table was cut")
+        return self._window
 
     def add(self, fps: Iterable[int]) -> None:
         """Store fingerprints (already stored ones are skipped); written before returning."""
@@ -136,7 +147,7 @@ class FingerprintTable:
         """Write one fingerprint into its first free slot (8 bytes); False if its bucket is full."""
         home, b = (fp >> 40) % SLOTS, fp % self.buckets
         at = b * BUCKET_BYTES + 8 * home
-        window = array("Q", os.pread(self._fd, 8 * min(WINDOW, SLOTS - home), at))
+        window = self._read_window(self._fd, at, home)
         if fp in window:
             return True
         try:
