@@ -428,6 +428,12 @@ class Config:
         "fingerprints on disk, so no new URL is dropped by a collision; `bitmap` is larbin's "
         "hash set alone (collisions drop new URLs)", parse=choice("exact", "bitmap"),
     )
+    seen_cache: int = key(
+        128 * MiB, "seenCache", "`seenSet exact`: while the table of URL fingerprints is at most "
+        "this size it is read through memory (it then counts in the RSS), beyond it with a "
+        "system call a lookup; the table takes ~11 bytes a URL, in powers of two",
+        parse=parse_int, unit="bytes", bounds=(0, None),
+    )
     outputs: list[str] = key(
         [], "output", "where fetched pages go: `save` (larbin SIMPLE_SAVE), `mirror` "
         "(MIRROR_SAVE), `warc`, `links` (JSON lines), or `none`",

@@ -82,7 +82,8 @@ class Crawler:
         )
         # a cluster's seen-set is in Redis; the local bitmap is only its cache (cluster/)
         self.seen = open_seen_set(self.state.bitmap_path("seen"), cfg.hash_size,
-                                  cfg.hash_functions, "bitmap" if cluster_type else cfg.seen_set)
+                                  cfg.hash_functions, "bitmap" if cluster_type else cfg.seen_set,
+                                  cfg.seen_cache)
         self.contents = (
             BitmapSeenSet(self.state.bitmap_path("contents"), CONTENT_BITS) if cfg.no_dup else None
         )

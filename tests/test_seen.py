@@ -4,6 +4,7 @@ restarts, reads a bitmap-only stateDir; `seenSet bitmap` behaves like larbin's h
 from __future__ import annotations
 
 import asyncio
+import random
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from conftest import html, until
 from larbinpy.daemon.status import snapshot
 from larbinpy.daemon.statuspage import metrics_text
 from larbinpy.demo import Page, Site
-from larbinpy.frontier.fptable import MIN_BUCKETS, SLOTS, WINDOW, FingerprintTable
+from larbinpy.frontier.fptable import BUCKET_BYTES, MIN_BUCKETS, SLOTS, WINDOW, FingerprintTable
 from larbinpy.frontier.seen import RECENT_MAX, BitmapSeenSet, ExactSeenSet, open_seen_set
 
 TINY = 1 << 10  # bits: a few thousand URLs fill it
@@ -56,9 +57,15 @@ def crowded(bucket: int, home: int, n: int) -> list[int]:
     return [bucket + MIN_BUCKETS * (j + 1) + (home << 40) for j in range(n)]
 
 
-def test_the_table_finds_fingerprints_past_their_window_and_round_its_bucket(tmp_path: Path):
+# a table read with pread (no cache), and one read through its mapping
+CACHES = pytest.mark.parametrize("cache", [0, 1 << 30], ids=["pread", "mapped"])
+
+
+@CACHES
+def test_the_table_finds_fingerprints_past_their_window_and_round_its_bucket(
+        tmp_path: Path, cache: int):
     path = tmp_path / "t.fingerprints"
-    table = FingerprintTable(path)
+    table = FingerprintTable(path, cache)
     # a run of 3 windows from one home slot, and one near the bucket's end that wraps round
     deep, wrapped = crowded(5, 100, 3 * WINDOW), crowded(9, SLOTS - 3, WINDOW)
     table.add(deep + wrapped)
@@ -69,19 +76,39 @@ def test_the_table_finds_fingerprints_past_their_window_and_round_its_bucket(tmp
     table.add(deep[::3])  # stored ones are not stored twice
     assert table.count == len(deep + wrapped)
     table.close()
-    again = FingerprintTable(path)  # all of it was in the file
+    again = FingerprintTable(path, cache)  # all of it was in the file
     assert again.contains(deep + wrapped + absent) == [True] * 64 + [False] * len(absent)
     again.close()
 
 
-def test_a_full_bucket_doubles_the_table_and_keeps_every_fingerprint(tmp_path: Path):
-    table = FingerprintTable(tmp_path / "t.fingerprints")
+@CACHES
+def test_a_full_bucket_doubles_the_table_and_keeps_every_fingerprint(tmp_path: Path, cache: int):
+    table = FingerprintTable(tmp_path / "t.fingerprints", cache)
     full = crowded(7, 0, SLOTS + 1)  # one more than bucket 7 holds
     table.add(full)
     assert table.buckets == 2 * MIN_BUCKETS  # bucket 7 split into buckets 7 and 71
     assert table.contains(full) == [True] * len(full)
     assert table.contains(crowded(7, 0, SLOTS + 9)[SLOTS + 1:]) == [False] * 8
     table.close()
+
+
+def test_a_table_outgrowing_its_cache_is_read_from_the_file_and_keeps_every_fingerprint(
+        tmp_path: Path):
+    path = tmp_path / "t.fingerprints"
+    table = FingerprintTable(path, cache=2 * MIN_BUCKETS * BUCKET_BYTES)  # two sizes mapped
+    rng = random.Random(7)
+    stored, absent = [rng.getrandbits(64) | 1 for _ in range(30_000)], []
+    for start in range(0, len(stored), 1000):  # grows to 2 (mapped), then 4 times MIN_BUCKETS
+        table.add(stored[start:start + 1000])
+        absent += [rng.getrandbits(64) | 1 for _ in range(100)]
+        assert table.contains(stored[:start + 1000:7]) == [True] * len(stored[:start + 1000:7])
+        assert table.contains(absent) == [False] * len(absent)
+    assert table.buckets * BUCKET_BYTES > table.cache
+    table.close()
+    again = FingerprintTable(path, cache=1 << 30)  # reopened with a cache it fits in
+    assert again.contains(stored + absent) == [True] * len(stored) + [False] * len(absent)
+    assert again.count == len(stored)
+    again.close()
 
 
 def test_urls_that_left_the_memo_of_recent_urls_are_still_seen(tmp_path: Path):

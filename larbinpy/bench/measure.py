@@ -499,12 +499,12 @@ def seen_bench(n: int, directory: Path, kind: str = "exact", bits: int = 0,
     and 20 drawn from every URL before, through a seen-set; only its calls are timed."""
     import random
 
-    from larbinpy.config import default_hash_size
+    from larbinpy.config import Config, default_hash_size
     from larbinpy.frontier.seen import open_seen_set
 
     rng = random.Random(1976)
     bits = bits or default_hash_size(kind, cluster=False)  # as a crawl would have it
-    seen = open_seen_set(directory / "seen.bitmap", bits, 1, kind)
+    seen = open_seen_set(directory / "seen.bitmap", bits, 1, kind, Config().seen_cache)
     admitted = tested = made = 0
     spent = cpu = 0.0
     since_flush = 0

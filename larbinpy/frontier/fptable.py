@@ -7,27 +7,35 @@ native byte order (0 = empty; a fingerprint is never 0). A fingerprint lives in 
 the bucket, wrapping). Slots are never emptied, so a stored fingerprint sits between its home
 slot and the first empty slot after it.
 
-Cost: a lookup is one pread of WINDOW slots (128 bytes) from the home slot, which settles it
-unless all of them are taken (up to 8% at the highest load; then the whole bucket is read); an
-insert is that read plus an 8-byte pwrite. One syscall per lookup is the floor of a store on
-disk: the URLs a crawl confirms are spread evenly over the whole table (a page's links to old
-pages), so no cache smaller than the table saves a read for most of them. Keys seen lately
-are answered before the table by seen.py's memo of recent URLs.
+Cost: a lookup reads WINDOW slots (128 bytes) from the home slot, which settles it unless all
+of them are taken (up to 8% at the highest load; then the whole bucket is read); an insert is
+that read plus an 8-byte store. The URLs a crawl confirms are spread evenly over the whole
+table (a page's links to old pages), so no cache smaller than the table saves a read for most
+of them. Keys seen lately are answered before the table by seen.py's memo of recent URLs.
 
-Memory: none that grows with the crawl. The file is never mapped and nothing of it is cached in
-the process: the kernel's page cache keeps what is read often, and it does not count in the
-process's RSS (mapped pages would, up to the whole table; dropping them with madvise costs a
-page fault per lookup, more than the pread).
+Memory and system calls: set by `cache` (`seenCache`), not by the crawl. With a cache the file
+is mapped (shared, read-write) and fingerprints are stored through the mapping: a pwrite of 8
+bytes goes through the file system's write path every time (ext4 updates the file's times), a
+store into the mapping costs a page fault only when its page was clean. While the whole table
+fits in the cache, windows are read from the mapping too, with no system call; the mapped
+pages count in the process's RSS, up to `cache`. A larger table is read with pread (one system
+call a lookup, served by the kernel's page cache, which the RSS does not count: mapping it for
+reading would fault for most lookups), and the pages its stores mapped are dropped (madvise)
+whenever they could add up to `cache`; their data stays in the page cache. Without a cache
+(0): pread and pwrite only. The file's blocks are allocated before it is mapped, so a full disk
+is an OSError when the table is opened or doubled, never a SIGBUS on a store.
 
-Durability: every insert reaches the kernel before `add` returns, so a `kill -9` loses nothing;
-`sync()` makes it survive a power loss too. When the table is 70% full (or a bucket is), it
-doubles: a new file is written bucket by bucket beside the old one, synced, then renamed over
-it (a crash during the rewrite leaves the old table whole). Doubling stops the caller for a pass
-over the table, once per doubling of the crawl: amortised, each fingerprint is moved about once.
+Durability: every insert reaches the kernel's page cache before `add` returns, so a `kill -9`
+loses nothing; `sync()` makes it survive a power loss too. When the table is 70% full (or a
+bucket is), it doubles: a new file is written bucket by bucket beside the old one, synced, then
+renamed over it (a crash during the rewrite leaves the old table whole). Doubling stops the
+caller for a pass over the table, once per doubling of the crawl: amortised, each fingerprint
+is moved about once.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 from array import array
@@ -71,8 +79,8 @@ def _probe(slots: array[int] | list[int], fp: int) -> tuple[bool, int]:
 class FingerprintTable:
     """A set of non-zero uint64 fingerprints in a file of hash buckets."""
 
-    def __init__(self, path: str | Path) -> None:
-        """Open (or create) the table in `path`."""
+    def __init__(self, path: str | Path, cache: int = 0) -> None:
+        """Open (or create) the table in `path`; map it while it is at most `cache` bytes."""
         self.path = Path(path)
         Path(f"{self.path}.new").unlink(missing_ok=True)  # a doubling cut short by a crash
         if not self.path.exists():
@@ -89,6 +97,23 @@ class FingerprintTable:
         # lookup); a window cut short by its bucket's end is read into a new one.
         self._window = array("Q", bytes(8 * WINDOW))
         self._into = [self._window]
+        self.cache = cache
+        self._map: mmap.mmap | None = None
+        self._reads_mapped = False  # the whole table fits in the cache: read from the mapping
+        self._stores = 0  # stores through the mapping since its pages were last dropped
+        self._map_file()
+
+    def _map_file(self) -> None:
+        """Map the whole file when there is a cache (after opening or doubling); see above."""
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        if self.cache <= 0:
+            return
+        size = self.buckets * BUCKET_BYTES
+        os.posix_fallocate(self._fd, 0, size)  # a hole in a mapping is a SIGBUS on a full disk
+        self._map = mmap.mmap(self._fd, size)
+        self._reads_mapped, self._stores = size <= self.cache, 0
 
     def _saved_count(self) -> int:
         """Fingerprints stored, as the last sync() wrote it (so opening a large table reads
@@ -106,6 +131,8 @@ class FingerprintTable:
 
     def _whole(self, b: int) -> array[int]:
         """A bucket's slots, for a probe that ran past its window."""
+        if self._reads_mapped:
+            return array("Q", self._map[b * BUCKET_BYTES:(b + 1) * BUCKET_BYTES])
         return array("Q", os.pread(self._fd, BUCKET_BYTES, b * BUCKET_BYTES))
 
     def contains(self, fps: list[int]) -> list[bool]:
@@ -126,6 +153,8 @@ class FingerprintTable:
 
     def _read_window(self, fd: int, at: int, home: int) -> array[int]:
         """The slots from `home` on: WINDOW of them, fewer at the end of the bucket."""
+        if self._reads_mapped:
+            return array("Q", self._map[at:at + 8 * min(WINDOW, SLOTS - home)])
         if home > SLOTS - WINDOW:
             return array("Q", os.pread(fd, 8 * (SLOTS - home), at))
         if os.preadv(fd, self._into, at) != 8 * WINDOW:
@@ -159,9 +188,21 @@ class FingerprintTable:
             if i < 0:
                 return False
             at = b * BUCKET_BYTES + 8 * i
-        os.pwrite(self._fd, fp.to_bytes(8, _ORDER), at)
+        self._store(fp, at)
         self.count += 1
         return True
+
+    def _store(self, fp: int, at: int) -> None:
+        """Write a fingerprint at a byte offset: through the mapping if there is one."""
+        if self._map is None:
+            os.pwrite(self._fd, fp.to_bytes(8, _ORDER), at)
+            return
+        self._map[at:at + 8] = fp.to_bytes(8, _ORDER)
+        if not self._reads_mapped:
+            self._stores += 1  # each store maps at most one page
+            if self._stores * mmap.PAGESIZE >= self.cache:
+                self._map.madvise(mmap.MADV_DONTNEED)  # unmapped, not lost: see above
+                self._stores = 0
 
     def _double(self) -> None:
         """Rehash into twice the buckets: bucket b splits into b and b + old count."""
@@ -186,10 +227,13 @@ class FingerprintTable:
         os.replace(tmp, self.path)
         os.close(self._fd)
         self._fd, self.buckets = fd, 2 * nb
+        self._map_file()
         fsync_dir(self.path.parent)
 
     def sync(self) -> None:
         """Make every stored fingerprint survive a power loss; note the count."""
+        if self._map is not None:
+            self._map.flush()
         os.fsync(self._fd)
         self._count_path.write_text(str(self.count))
 
@@ -197,6 +241,9 @@ class FingerprintTable:
         """Sync and close the file."""
         if self._fd >= 0:
             self.sync()
+            if self._map is not None:
+                self._map.close()
+                self._map = None
             os.close(self._fd)
             self._fd = -1
 

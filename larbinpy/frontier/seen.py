@@ -201,7 +201,7 @@ class BitmapSeenSet:
 class ExactSeenSet:
     """The bitmap first, then set bits confirmed against 64-bit fingerprints on disk."""
 
-    def __init__(self, path: str | Path, bits: int, functions: int = 1) -> None:
+    def __init__(self, path: str | Path, bits: int, functions: int = 1, cache: int = 0) -> None:
         path = Path(path)
         table, legacy = _exact_paths(path)
         existed = path.exists() and path.stat().st_size > 0
@@ -212,7 +212,7 @@ class ExactSeenSet:
             table.unlink(missing_ok=True)
             legacy.unlink(missing_ok=True)
         self.legacy = BitmapSeenSet(legacy, bits, functions) if legacy.exists() else None
-        self.table = FingerprintTable(table)
+        self.table = FingerprintTable(table, cache)
 
     def missing(self, keys: list[str]) -> list[str]:
         """The keys never added: a clear bit, or a set bit and no such fingerprint."""
@@ -275,11 +275,12 @@ def _exact_paths(bitmap: Path) -> tuple[Path, Path]:
 
 
 def open_seen_set(
-    path: str | Path, bits: int, functions: int, kind: str
+    path: str | Path, bits: int, functions: int, kind: str, cache: int = 0
 ) -> BitmapSeenSet | ExactSeenSet:
-    """The seen-set `seenSet` names; `bitmap` removes an exact store left beside the bitmap."""
+    """The seen-set `seenSet` names (`cache`: bytes of fingerprint table read from memory);
+    `bitmap` removes an exact store left beside the bitmap."""
     if kind == "exact":
-        return ExactSeenSet(path, bits, functions)
+        return ExactSeenSet(path, bits, functions, cache)
     for stale in _exact_paths(Path(path)):
         stale.unlink(missing_ok=True)  # these bits are the whole seen-set from now on
     return BitmapSeenSet(path, bits, functions)
