@@ -162,6 +162,44 @@ def test_queues_on_a_full_disk_keep_every_job_and_write_again_when_there_is_room
     assert out["reopened"] == out["pushed"]  # (nothing was popped from disk's point of view)
 
 
+SEEN_TABLE_ON_A_FULL_DISK = """
+import json, random, sys
+from pathlib import Path
+from larbinpy.frontier.fptable import FingerprintTable
+d = Path(sys.argv[1])
+table = FingerprintTable(d / "t.fingerprints", cache=1 << 30)  # stored into through a mapping
+with open(d / "filler", "wb", buffering=0) as f:  # the disk fills up around the table
+    try:
+        while True:
+            f.write(b"x" * 4096)
+    except OSError:
+        pass
+rng, stored, failed = random.Random(1), [], None
+try:
+    while True:
+        batch = [rng.getrandbits(64) | 1 for _ in range(500)]
+        table.add(batch)
+        stored += batch
+except OSError as exc:
+    failed = exc.errno
+found = all(table.contains(stored))
+(d / "filler").unlink()  # room again for closing (the count file)
+table.close()
+again = FingerprintTable(d / "t.fingerprints", cache=1 << 30)
+print(json.dumps({"failed": failed, "stored": len(stored), "found": found,
+                  "reopened": all(again.contains(stored))}))
+"""
+
+
+def test_the_seen_table_on_a_full_disk_fails_its_doubling_and_keeps_what_it_stored(
+        tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    # a process killed by SIGBUS (a store into a mapped hole) would print nothing
+    out = run_child(SEEN_TABLE_ON_A_FULL_DISK, str(disk), prefix=tiny_disk(disk, "1m"))
+    assert out["failed"] == 28  # ENOSPC, when the table could not double
+    assert out["stored"] > 0 and out["found"] and out["reopened"]
+
+
 # --- files cut short are repaired on open ---
 
 
