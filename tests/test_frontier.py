@@ -187,3 +187,32 @@ async def test_a_spilled_sites_jobs_come_back_each_once_fifo_within_a_priority(t
         assert sites.queued == 0 and not sites.has_work(site)
     finally:
         crawler._close()
+
+
+async def test_windows_refilled_from_disk_stay_within_the_memory_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from larbinpy.frontier import sites as sites_module
+    from larbinpy.records import Job
+
+    budget = 5 * SITE_WINDOW  # a small stand-in for MEMORY_JOBS: 20 full windows need more
+    monkeypatch.setattr(sites_module, "MEMORY_JOBS", budget)
+    crawler = crawler_for(tmp_path)
+    try:
+        sites = crawler.sites
+        names = [f"http://s{n}.test" for n in range(20)]
+        per_site = 4 * SITE_WINDOW
+        for i in range(per_site):
+            for name in names:
+                sites.enqueue(Job(f"{name}/{i}", 1), 0.0)
+        got: dict[str, list[str]] = {name: [] for name in names}
+        most = 0
+        for _ in range(per_site):  # every site fetched in turn, as the opener would
+            for name in names:
+                got[name].append(sites.take(sites.by_key[name]).url)
+                most = max(most, sites.in_memory)
+        assert most <= budget  # refills from the spill share the budget too
+        assert got == {name: [f"{name}/{i}" for i in range(per_site)] for name in names}
+        assert sites.queued == 0
+    finally:
+        crawler._close()

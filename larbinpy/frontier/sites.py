@@ -4,10 +4,13 @@ It holds the records, each site's queue and the counters that "is the crawl done
 each stage decides what happens to a site. Jobs enter a site's queue here (`enqueue`) and
 leave it here (`take`, `drop`), so `queued` is always exact.
 
-Memory is bounded whatever the crawl's size: a site keeps at most `SITE_WINDOW` jobs in
-memory, all sites together at most `MEMORY_JOBS`; the rest of a site's queue waits on disk
-(`diskqueue.SiteSpill`) and is read back as the window drains. Sites with nothing to do are
-forgotten beyond `MAX_IDLE_SITES` (oldest first; a later URL of theirs starts them afresh).
+Memory is bounded whatever the crawl's size: the sites with work share `MEMORY_JOBS` jobs
+in memory, each a window of at most `SITE_WINDOW` and at least `MIN_WINDOW` (`window`); the
+rest of a site's queue waits on disk (`diskqueue.SiteSpill`) and is read back as its window
+drains. A job in memory costs about 200 bytes (the `Job`, its URL), so the windows are the
+largest part of the crawler's memory; a window larger than a site's next few fetches buys
+nothing but ordering by priority within it. Sites with nothing to do are forgotten beyond
+`MAX_IDLE_SITES` (oldest first; a later URL of theirs starts them afresh).
 
 Order: the window serves the highest priority first, FIFO within a priority
 (`records.SiteQueue`). The spill is one FIFO per site: while a site has spilled jobs, new ones
@@ -33,8 +36,9 @@ from larbinpy.stats import Outcome, Stats
 
 WAITING_SHOWN = 10  # robots.txt retries named on the status page
 
-SITE_WINDOW = 128  # jobs of one site kept in memory
-MEMORY_JOBS = 200_000  # jobs of all sites kept in memory
+SITE_WINDOW = 128  # jobs of one site kept in memory, at most
+MIN_WINDOW = 8  # ... and at least, however many sites share MEMORY_JOBS
+MEMORY_JOBS = 50_000  # jobs of all sites kept in memory (beyond it only MIN_WINDOW a site)
 MAX_IDLE_SITES = 100_000  # idle site records kept (robots rules, politeness clocks)
 DROP_BATCH = 10_000  # spilled jobs read back at a time when a site's queue is dropped
 
@@ -120,7 +124,7 @@ class Sites:
 
     def _store(self, site: Site, job: Job) -> None:
         """In the site's memory window if there is room and nothing older is spilled."""
-        if (len(site.queue) < SITE_WINDOW and self.in_memory < MEMORY_JOBS
+        if (len(site.queue) < self.window() and self.in_memory < MEMORY_JOBS
                 and not self.spill.count(site.key)):
             site.queue.append(job)
             self.in_memory += 1
@@ -138,9 +142,15 @@ class Sites:
         """Does the site have jobs waiting (in memory or spilled)?"""
         return bool(site.queue) or bool(self.spill.count(site.key))
 
+    def window(self) -> int:
+        """Jobs a site may hold in memory now: its share of MEMORY_JOBS among the sites that
+        are not idle, within MIN_WINDOW..SITE_WINDOW."""
+        busy = max(1, len(self.by_key) - len(self.idle))
+        return max(MIN_WINDOW, min(SITE_WINDOW, MEMORY_JOBS // busy))
+
     def take(self, site: Site) -> Job:
         """The next job of a site's queue (refilling the window from disk as it drains)."""
-        if len(site.queue) < SITE_WINDOW // 2:
+        if len(site.queue) < self.window() // 2:
             self._refill(site)
         self.queued -= 1
         self.in_memory -= 1
@@ -148,7 +158,7 @@ class Sites:
 
     def _refill(self, site: Site) -> None:
         """Move spilled jobs back into the site's window."""
-        jobs = self.spill.pop_many(site.key, SITE_WINDOW - len(site.queue))
+        jobs = self.spill.pop_many(site.key, self.window() - len(site.queue))
         site.queue.extend(jobs)
         self.in_memory += len(jobs)
 
