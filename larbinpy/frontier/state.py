@@ -44,6 +44,7 @@ from larbinpy.frontier.joblines import decode_job, encode_jobs
 from larbinpy.records import Job
 
 FORMAT = 2
+CHECKPOINT_BATCH = 4096  # jobs encoded at a time when writing a checkpoint
 Position = tuple[int, int]
 _TRAILER = re.compile(r"end [0-9]+ [0-9]+\n")
 
@@ -223,13 +224,19 @@ class StateDir:
         fields: dict[str, object] = {"frontier": frontier, "spill": spill}
         if urls_seen:  # absent means none (and older checkpoints have no count)
             fields["urls_seen"] = urls_seen
-        cursors = json.dumps(fields, separators=(",", ":"))
-        body = (cursors + "\n" + encode_jobs(list(jobs))).encode("utf-8", "surrogateescape")
-        crc, count = zlib.crc32(body), body.count(b"\n")
+        cursors = json.dumps(fields, separators=(",", ":")) + "\n"
+        head = cursors.encode("utf-8", "surrogateescape")
+        crc, count, jobs = zlib.crc32(head), 1, list(jobs)
         tmp = self.root / "checkpoint.tmp"
         with open(tmp, "wb") as f:
             f.write(f"larbinpy-checkpoint {FORMAT}\n".encode())
-            f.write(body)
+            f.write(head)
+            # a batch at a time: the text of all the in-memory jobs in one piece would cost
+            # several times their own memory, at the crawl's peak
+            for i in range(0, len(jobs), CHECKPOINT_BATCH):
+                data = encode_jobs(jobs[i:i + CHECKPOINT_BATCH]).encode("utf-8", "surrogateescape")
+                crc, count = zlib.crc32(data, crc), count + data.count(b"\n")
+                f.write(data)
             f.write(f"end {count} {crc}\n".encode())
             f.flush()
             os.fsync(f.fileno())
