@@ -47,7 +47,7 @@ from larbinpy.stages.parser import Parser
 from larbinpy.stages.reader import Reader
 from larbinpy.stages.robots import Robots
 from larbinpy.stages.sequencer import Sequencer
-from larbinpy.stats import Stats
+from larbinpy.stats import Stats, counted
 
 if TYPE_CHECKING:
     from larbinpy.cluster import Cluster
@@ -264,10 +264,10 @@ class Crawler:
         if self.saved.fresh and not self.resumed and not self.finished_before:
             log.info("stateDir %s: new crawl", Path(cfg.state_dir).resolve())
         else:  # a checkpoint, or (killed before the first one) FIFOs and a done-record
-            skipped = (f" ({self.finished_before} finished after the last checkpoint are not "
-                       "fetched again)" if self.finished_before else "")
-            log.info("stateDir %s: resumed, about %d URLs to fetch%s",
-                     Path(cfg.state_dir).resolve(), self.resumed, skipped)
+            skipped = (f" ({counted(self.finished_before, 'URL')} finished after the last "
+                       "checkpoint not fetched again)" if self.finished_before else "")
+            log.info("stateDir %s: resumed, about %s to fetch%s",
+                     Path(cfg.state_dir).resolve(), counted(self.resumed, "URL"), skipped)
         host = f"[{cfg.http_host}]" if ":" in cfg.http_host else cfg.http_host
         for port, what, path in ((cfg.http_port, "status page (httpPort)", "/"),
                                  (cfg.input_port, "input port (inputPort)", "/urls")):
@@ -464,7 +464,8 @@ class Crawler:
         running = self.opener.in_flight
         if self.stop_requested:
             self._forced = True
-            log.info("stopping now: not waiting for the %d fetches in flight", running)
+            log.info("stopping now: not waiting for the %s in flight",
+                     counted(running, "fetch", "fetches"))
         else:
             log.info("stopping: no new fetches; waiting for the %d in flight (at most "
                      "timeoutTotal, %g s; a second signal stops waiting), then checkpointing",

@@ -99,6 +99,6 @@ class Stats:
         return sum(self.outcomes[k] for k in FETCH_ERRORS)
 
 
-def counted(n: int, noun: str) -> str:
-    """A count and its noun for a human: '1 page', '3 pages' (every noun counted takes an s)."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """A count and its noun for a human: '1 page', '3 pages' ('2 fetches' given the plural)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"

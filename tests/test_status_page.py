@@ -221,4 +221,4 @@ async def test_a_parked_site_is_not_also_counted_ready(make_web):
     by_state = {dict(k)["state"]: v for k, v in metrics["larbinpy_sites"].items()}
     assert by_state["ready"] == 0 and by_state["parked"] == 1
     assert "<td>1 = 0 + 0 + 0 + 1 + 0</td>" in page
-    assert "1 sites parked on a politeness timer or their IP's turn" in status["waiting_for"]
+    assert "1 site parked on a politeness timer or their IP's turn" in status["waiting_for"]

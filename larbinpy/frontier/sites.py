@@ -32,7 +32,7 @@ from larbinpy.frontier.crawllog import CrawlLog
 from larbinpy.frontier.diskqueue import SiteSpill
 from larbinpy.links.urls import host_of, site_key
 from larbinpy.records import IpSlot, Job, Site, SiteState
-from larbinpy.stats import Outcome, Stats
+from larbinpy.stats import Outcome, Stats, counted
 
 WAITING_SHOWN = 10  # robots.txt retries named on the status page
 
@@ -266,7 +266,8 @@ class Census:
                  f"{time.strftime('%H:%M:%S', time.gmtime(wall + at))} UTC"
                  for at, key in self.retries[:WAITING_SHOWN]]
         if len(self.retries) > WAITING_SHOWN:
-            shown.append(f"{len(self.retries) - WAITING_SHOWN} more robots.txt retries")
+            shown.append(f"{len(self.retries) - WAITING_SHOWN} more robots.txt retries")  # > 1
         if self.parked > 0:  # the status page's "parked" figure
-            shown.append(f"{self.parked} sites parked on a politeness timer or their IP's turn")
+            shown.append(f"{counted(self.parked, 'site')} parked on a politeness timer or their "
+                         "IP's turn")
         return tuple(shown)
