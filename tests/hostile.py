@@ -20,11 +20,12 @@ import socket
 import struct
 import time
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import brotli
 
+from larbinpy.demo.dnsserver import DnsServer
 from larbinpy.demo.web import bind_same_port
 
 MAX_REQUEST_HEAD = 64 * 1024  # a request head longer than this is not a crawler's
@@ -309,6 +310,20 @@ class HostileServer:
             sock.close()
         self._servers.clear()
         self._stalled.clear()
+
+    @contextlib.asynccontextmanager
+    async def with_dns(self, extra: dict[str, list[str]] | None = None
+                       ) -> AsyncIterator[DnsServer]:
+        """The server started, and a DNS server naming its sites (and `extra`); both stopped
+        after."""
+        await self.start()
+        dns = DnsServer({**self.dns_records, **(extra or {})})
+        await dns.start()
+        try:
+            yield dns
+        finally:
+            await self.stop()
+            await dns.stop()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One connection: read one request head, run the trap, close."""

@@ -115,14 +115,8 @@ async def timeout_traps() -> AsyncIterator[tuple[h.HostileServer, DnsServer]]:
         h.HostileSite("slow.trap", "127.0.3.2", h.drip(0.3)),  # 30 bytes/s
         h.HostileSite("endless.trap", "127.0.3.3", h.drip(0.1, b"x" * 4096)),  # 40 KB/s
     ], stalled_ips=["127.0.3.200"])
-    await server.start()
-    dns = DnsServer({**server.dns_records, "unaccepted.trap": ["127.0.3.200"]})
-    await dns.start()
-    try:
+    async with server.with_dns({"unaccepted.trap": ["127.0.3.200"]}) as dns:
         yield server, dns
-    finally:
-        await server.stop()
-        await dns.stop()
 
 
 async def crawl_notes(tmp: Path, dns: DnsServer, urls: list[str], extra: str = "",

@@ -98,17 +98,12 @@ def run_crawler_process(text: str) -> dict:
 async def serving(sites: list[h.HostileSite]) -> AsyncIterator[tuple[h.HostileServer, DnsServer]]:
     """The hostile server for these sites and a DNS server naming them; stopped after."""
     server = h.HostileServer(sites)
-    await server.start()
-    for site in sites:
-        if site.robots is not None:  # robots.txt naming a sitemap: its URL needs the port
-            site.robots = h.page(f"Sitemap: {server.url(site.host, '/sm.xml')}\n", "text/plain")
-    dns = DnsServer(server.dns_records)
-    await dns.start()
-    try:
+    async with server.with_dns() as dns:
+        for site in sites:
+            if site.robots is not None:  # robots.txt naming a sitemap: its URL needs the port
+                site.robots = h.page(f"Sitemap: {server.url(site.host, '/sm.xml')}\n",
+                                     "text/plain")
         yield server, dns
-    finally:
-        await server.stop()
-        await dns.stop()
 
 
 async def crawl_in_a_process(tmp_path: Path, sites: list[h.HostileSite], conf: str) -> dict:
