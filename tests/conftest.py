@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,3 +119,11 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def bench_json(*args: str, timeout: float = 120) -> dict:
+    """`larbinpy bench ARGS --json` in a child process: its result (it must exit 0)."""
+    proc = subprocess.run([sys.executable, "-m", "larbinpy", "bench", *args, "--json"],
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)

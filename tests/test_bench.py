@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tempfile
 
+from conftest import bench_json
+
 from larbinpy.bench.measure import default_dir
-
-
-def bench_json(*args: str) -> dict:
-    """`larbinpy bench ARGS --json` in a child process: its result (it must exit 0)."""
-    proc = subprocess.run([sys.executable, "-m", "larbinpy", "bench", *args, "--json"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
 
 
 def test_bench_small_json() -> None:

@@ -10,13 +10,10 @@ saw it.
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
-from conftest import html, until
+from conftest import bench_json, html, until
 
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
@@ -110,14 +107,6 @@ async def test_hundreds_of_sites_waiting_on_one_ip_clock_cost_a_bounded_work_per
         assert name == after_index[i - i % 2][0], after_index
     pages = [name for name, path in after_index if path == "/"]
     assert len(set(pages)) == len(pages), after_index
-
-
-def bench_json(*args: str) -> dict:
-    """`larbinpy bench ARGS --json` in a child process: its result (it must exit 0)."""
-    proc = subprocess.run([sys.executable, "-m", "larbinpy", "bench", *args, "--json"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
 
 
 def test_bench_shared_ip_reports_both_thirds_of_the_crawl() -> None:
