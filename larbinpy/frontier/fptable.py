@@ -137,12 +137,12 @@ class FingerprintTable:
 
     def contains(self, fps: list[int]) -> list[bool]:
         """Whether each fingerprint is stored (a read of WINDOW slots, rarely of a bucket)."""
-        out, fd, nb = [], self._fd, self.buckets
+        out, nb = [], self.buckets
         for fp in fps:
             # Slots are never emptied, so a stored fingerprint sits between its home slot and
             # the first empty slot after it: found in the window, or absent if it has a 0.
             home = (fp >> 40) % SLOTS
-            window = self._read_window(fd, (fp % nb) * BUCKET_BYTES + 8 * home, home)
+            window = self._read_window((fp % nb) * BUCKET_BYTES + 8 * home, home)
             if fp in window:
                 out.append(True)
             elif 0 in window:
@@ -151,13 +151,13 @@ class FingerprintTable:
                 out.append(fp in self._whole(fp % nb))
         return out
 
-    def _read_window(self, fd: int, at: int, home: int) -> array[int]:
+    def _read_window(self, at: int, home: int) -> array[int]:
         """The slots from `home` on: WINDOW of them, fewer at the end of the bucket."""
         if self._reads_mapped:
             return array("Q", self._map[at:at + 8 * min(WINDOW, SLOTS - home)])
         if home > SLOTS - WINDOW:
-            return array("Q", os.pread(fd, 8 * (SLOTS - home), at))
-        if os.preadv(fd, self._into, at) != 8 * WINDOW:
+            return array("Q", os.pread(self._fd, 8 * (SLOTS - home), at))
+        if os.preadv(self._fd, self._into, at) != 8 * WINDOW:
             raise OSError(f"{self.path}: short read at {at}: the table was cut")
         return self._window
 
@@ -176,7 +176,7 @@ class FingerprintTable:
         """Write one fingerprint into its first free slot (8 bytes); False if its bucket is full."""
         home, b = (fp >> 40) % SLOTS, fp % self.buckets
         at = b * BUCKET_BYTES + 8 * home
-        window = self._read_window(self._fd, at, home)
+        window = self._read_window(at, home)
         if fp in window:
             return True
         try:

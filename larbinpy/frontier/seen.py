@@ -162,9 +162,9 @@ class BitmapSeenSet:
     def add(self, keys: Iterable[str]) -> None:
         """Set the bits of every key (and remember it: a page links to it again soon)."""
         keys = list(keys)
-        m, fresh, bits = self._map, 0, self.bits
+        m, fresh = self._map, 0
         for key in keys:
-            for p in [_hash64(key.encode()) % bits] if self.k == 1 else self.positions(key):
+            for p in self.positions(key):
                 old = m[p >> 3]
                 if not old & (1 << (p & 7)):
                     m[p >> 3] = old | (1 << (p & 7))
