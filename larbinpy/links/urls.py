@@ -214,7 +214,7 @@ class Normalizer:
                 return hit  # type: ignore[return-value]
         if info is None:
             return self.normalize(href)
-        result = self._parse(href, info.url)
+        result = self._parse(href, info)
         # Results that depend on the base's file name or query must not be shared per-directory.
         if sub is not None and len(href) <= _CACHE_HREF_MAX and not _uses_whole_base(href):
             self._remember(info, sub, href, result)
@@ -241,17 +241,18 @@ class Normalizer:
         sub[href] = result if result is None else self._same.setdefault(result, result)
         self._cache_size += 1
 
-    def _parse(self, href: str, base: str | None) -> str | None:
-        """ada-url's WHATWG answer for href (against base, a canonical URL), in canonical form;
-        None for failures and non-http(s) results."""
-        scheme = _SCHEME.match(href)
-        if scheme is not None and scheme.group(1).lower() not in _HTTP_SCHEMES:
-            # mailto:, javascript:, data: ... refused before a possibly huge href is copied
-            return None
+    def _parse(self, href: str, base: _BaseInfo | None) -> str | None:
+        """ada-url's WHATWG answer for href (against base), in canonical form; None for
+        failures and non-http(s) results."""
+        if ":" in href:
+            scheme = _SCHEME.match(href)
+            if scheme is not None and scheme.group(1).lower() not in _HTTP_SCHEMES:
+                # mailto:, javascript:, data: ... refused before a possibly huge href is copied
+                return None
         if not href.isascii() and _SURROGATE.search(href):
             href = _SURROGATE.sub("\ufffd", href)  # browsers see lone surrogates as U+FFFD
         try:
-            url = normalize_url(href) if base is None else join_url(base, href)
+            url = normalize_url(href) if base is None else join_url(base.url, href)
         except ValueError:
             return None
         return self._canonical(url)
@@ -265,9 +266,18 @@ class Normalizer:
             start = 8
         else:
             return None
-        # A serialized http(s) URL has a '/' right after its authority, and percent-encodes
-        # '#' before the fragment and '?' in the path: these slices are exact.
-        url = url.partition("#")[0]
+        # A serialized http(s) URL percent-encodes '#' before the fragment, '?' in the path,
+        # and has a '/' right after its authority: these slices are exact.
+        fragment = url.find("#")
+        if fragment >= 0:
+            url = url[:fragment]
+        if not ("%" in url or "@" in url or ";" in url or "xn--" in url):
+            # the common case: nothing to decode, drop, check or strip, but perhaps the query
+            query = url.find("?")
+            if query < 0 or self._query_needs_strip is None or not self._query_needs_strip(
+                url, query
+            ):
+                return url if len(url) <= self.max_length else None
         slash = url.find("/", start)
         authority = url[start:slash]
         if "@" in authority:
@@ -275,10 +285,8 @@ class Normalizer:
         if "xn--" in authority and not _punycode_ok(authority):
             return None
         path, qmark, query = url[slash:].partition("?")
-        return self._finish(
-            url[:start] + authority, _canon_escapes(path), "?" + _canon_escapes(query)
-            if qmark else "",
-        )
+        query = "?" + _canon_escapes(query) if qmark else ""
+        return self._finish(url[:start] + authority, _canon_escapes(path), query)
 
     def _finish(self, origin: str, path: str, query: str) -> str | None:
         """Strip session parameters, re-assemble and apply the length limit."""
@@ -354,6 +362,8 @@ def _uses_whole_base(href: str) -> bool:
     """Whether href's resolution depends on more of the base than its folder: an empty href,
     '?query', '#fragment', or one of these after a scheme ('http:?q') take the base's file name
     (and query). Conservative: a scheme other than the base's is counted too."""
+    if ":" not in href and href[:1] > " " and href[:1] not in "?#":
+        return False  # the common case: no scheme, and it starts with a path
     s = href.strip(_C0_SPACE)
     if "\t" in s or "\n" in s or "\r" in s:
         s = s.translate(_TAB_NEWLINE)
