@@ -84,7 +84,7 @@ class AioResolver(AbstractResolver):
 class PatientConnector(aiohttp.TCPConnector):
     """aiohttp's connector, whose connects wait while local resources (descriptors) are short,
     like the HTTP/1.1 client's (`http1.patiently`); the session's total timeout still bounds
-    the fetch."""
+    the fetch. (`_wrap_create_connection` is private: pinned as `_factory` is, below.)"""
 
     async def _wrap_create_connection(self, *args: Any, **kwargs: Any) -> Any:
         connect = super()._wrap_create_connection
@@ -127,9 +127,13 @@ def make_session(cfg: Config, dns: HostLookup, headers: dict[str, str],
     timeout = aiohttp.ClientTimeout(
         total=cfg.timeout_total, sock_connect=cfg.timeout_connect, sock_read=cfg.timeout_read
     )
-    # every byte of a body counted, chunk framing too (CountingHandler; aiohttp has no public
-    # way to give a connector its protocol)
-    connector._factory = functools.partial(CountingHandler, loop=connector._loop)
+    # every byte of a body counted, chunk framing too (CountingHandler). aiohttp has no public
+    # way to give a connector its protocol: pyproject pins aiohttp to the versions whose
+    # connector makes its connections with `_factory` (tests/test_dependency_internals.py)
+    if not isinstance(getattr(connector, "_factory", None), functools.partial):
+        raise RuntimeError(f"aiohttp {aiohttp.__version__} has no TCPConnector._factory: "
+                           "larbinpy cannot count the bytes of its responses")
+    connector._factory = functools.partial(CountingHandler, loop=asyncio.get_running_loop())
     return aiohttp.ClientSession(
         connector=connector,
         timeout=timeout,

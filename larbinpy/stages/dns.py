@@ -252,7 +252,9 @@ class LoopResolver(aiodns.DNSResolver):
     """
 
     def _make_channel(self, **kwargs: Any) -> tuple[bool, pycares.Channel]:
-        """The channel aiodns 4 falls back to (its `_make_channel`, pinned by pyproject)."""
+        """The channel aiodns 4 falls back to. (`_make_channel`, `_sock_state_cb` and
+        `_timeout` are aiodns's private parts: pyproject pins aiodns to the versions tested,
+        tests/test_dependency_internals.py fails when they move.)"""
         weak_self = weakref.ref(self)
 
         def sock_state(fd: int, readable: bool, writable: bool) -> None:
