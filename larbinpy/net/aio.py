@@ -81,15 +81,38 @@ class AioResolver(AbstractResolver):
         """Nothing to release: the DNS stage owns the channel."""
 
 
-class PatientConnector(aiohttp.TCPConnector):
-    """aiohttp's connector, whose connects wait while local resources (descriptors) are short,
-    like the HTTP/1.1 client's (`http1.patiently`); the session's total timeout still bounds
-    the fetch. (`_wrap_create_connection` is private: pinned as `_factory` is, below.)"""
+class PatientGet:
+    """An aiohttp GET whose connect, failing for want of local resources (descriptors), is
+    tried again as the HTTP/1.1 client's are (`http1.patiently`), within the same total timeout:
+    the waits count against `timeoutTotal`. (A connect that failed sent nothing, so sending the
+    request again is the same request; aiohttp's public API, no connector internals.)"""
 
-    async def _wrap_create_connection(self, *args: Any, **kwargs: Any) -> Any:
-        connect = super()._wrap_create_connection
-        result, _ = await patiently(lambda _waited: connect(*args, **kwargs))
-        return result
+    def __init__(self, session: aiohttp.ClientSession, url: Any, kwargs: dict[str, Any]) -> None:
+        self.session, self.url, self.kwargs = session, url, kwargs
+        self.resp: aiohttp.ClientResponse | None = None
+
+    async def __aenter__(self) -> aiohttp.ClientResponse:
+        """Send the request (again while descriptors are short); the response."""
+        self.resp, _ = await patiently(self._send)
+        return self.resp
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        """Release the connection, as aiohttp's own request context does."""
+        if self.resp is not None:
+            await self.resp.__aexit__(*exc_info)
+
+    async def _send(self, waited: float) -> aiohttp.ClientResponse:
+        """One try, its total timeout less the time already spent waiting."""
+        kwargs = self.kwargs
+        timeout = self.session.timeout
+        if waited and timeout.total is not None:
+            if waited >= timeout.total:
+                raise TimeoutError  # timeoutTotal ran out while descriptors were short
+            kwargs = {**kwargs, "timeout": aiohttp.ClientTimeout(
+                total=timeout.total - waited, connect=timeout.connect,
+                sock_read=timeout.sock_read, sock_connect=timeout.sock_connect,
+                ceil_threshold=timeout.ceil_threshold)}
+        return await self.session.get(self.url, **kwargs)
 
 
 def ssl_context(cfg: Config) -> ssl.SSLContext | bool:
@@ -117,7 +140,7 @@ def proxy_url(cfg: Config) -> str | None:
 def make_session(cfg: Config, dns: HostLookup, headers: dict[str, str],
                  keepalive: float) -> aiohttp.ClientSession:
     """The crawl's one aiohttp session, sending `headers` with every request."""
-    connector = PatientConnector(
+    connector = aiohttp.TCPConnector(
         limit=0,  # the opener enforces pagesConnexions and connectionsPerHost
         resolver=AioResolver(CrawlerResolver(dns, cfg.proxy)),
         use_dns_cache=False,  # the DNS stage caches, honouring TTLs
@@ -129,7 +152,7 @@ def make_session(cfg: Config, dns: HostLookup, headers: dict[str, str],
     )
     # every byte of a body counted, chunk framing too (CountingHandler). aiohttp has no public
     # way to give a connector its protocol: pyproject pins aiohttp to the versions whose
-    # connector makes its connections with `_factory` (tests/test_dependency_internals.py)
+    # connector makes its connections with `_factory` (tests/test_dependency_internals.py).
     if not isinstance(getattr(connector, "_factory", None), functools.partial):
         raise RuntimeError(f"aiohttp {aiohttp.__version__} has no TCPConnector._factory: "
                            "larbinpy cannot count the bytes of its responses")
