@@ -273,9 +273,9 @@ class Normalizer:
             url = url[:fragment]
         if not ("%" in url or "@" in url or ";" in url or "xn--" in url):
             # the common case: nothing to decode, drop, check or strip, but perhaps the query
-            query = url.find("?")
-            if query < 0 or self._query_needs_strip is None or not self._query_needs_strip(
-                url, query
+            qmark_at = url.find("?")
+            if qmark_at < 0 or self._query_needs_strip is None or not self._query_needs_strip(
+                url, qmark_at
             ):
                 return url if len(url) <= self.max_length else None
         slash = url.find("/", start)
@@ -318,6 +318,7 @@ class Normalizer:
         """The canonical base URL and its folder (memoised for the last base)."""
         if base is self._base_key or base == self._base_key:
             return self._base_info
+        canon: str | None
         if not isinstance(base, str):
             canon = None
         elif base in self._same:

@@ -18,7 +18,7 @@ import asyncio
 import functools
 import socket
 import ssl
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -93,8 +93,9 @@ class PatientGet:
 
     async def __aenter__(self) -> aiohttp.ClientResponse:
         """Send the request (again while descriptors are short); the response."""
-        self.resp, _ = await patiently(self._send)
-        return self.resp
+        resp, _ = await patiently(self._send)
+        self.resp = resp
+        return resp
 
     async def __aexit__(self, *exc_info: Any) -> None:
         """Release the connection, as aiohttp's own request context does."""
@@ -156,7 +157,10 @@ def make_session(cfg: Config, dns: HostLookup, headers: dict[str, str],
     if not isinstance(getattr(connector, "_factory", None), functools.partial):
         raise RuntimeError(f"aiohttp {aiohttp.__version__} has no TCPConnector._factory: "
                            "larbinpy cannot count the bytes of its responses")
-    connector._factory = functools.partial(CountingHandler, loop=asyncio.get_running_loop())
+    connector._factory = cast(  # the protocol type aiohttp declares; CountingHandler is one
+        "functools.partial[ResponseHandler]",
+        functools.partial(CountingHandler, loop=asyncio.get_running_loop()),
+    )
     return aiohttp.ClientSession(
         connector=connector,
         timeout=timeout,
