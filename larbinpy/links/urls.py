@@ -21,10 +21,12 @@ cached per base folder (and absolute links crawl-wide): ada-url runs once per ne
 
 from __future__ import annotations
 
+import enum
 import re
 import unicodedata
 from collections.abc import Iterable
 from itertools import repeat
+from typing import Final
 
 import idna
 from ada_url import join_url, normalize_url
@@ -163,7 +165,7 @@ class Normalizer:
                     urls[i] = self._resolve_link(info, sub, hrefs[i])
         out = dict.fromkeys(urls)
         out.pop(None, None)
-        return list(out), 0  # type: ignore[arg-type]
+        return list(out), 0  # type: ignore[arg-type]  # None popped, no _MISS left: all str
 
     def _resolve_link(
         self, info: _BaseInfo | None, sub: dict[str, str | None] | None, href: str
@@ -197,7 +199,7 @@ class Normalizer:
             # absolute links do not depend on the base: one cache for every page of the crawl
             hit = self._absolute.get(href, _MISS)
             if hit is not _MISS:
-                return hit  # type: ignore[return-value]
+                return hit
             result = self.normalize(href)
             if len(self._absolute) >= _CACHE_MAX:
                 self._absolute.clear()  # bounded memory, as for the per-directory cache
@@ -211,7 +213,7 @@ class Normalizer:
         if sub is not None:
             hit = sub.get(href, _MISS)
             if hit is not _MISS:
-                return hit  # type: ignore[return-value]
+                return hit
         if info is None:
             return self.normalize(href)
         result = self._parse(href, info)
@@ -344,7 +346,13 @@ class Normalizer:
         return sub
 
 
-_MISS = object()  # sentinel: not in the cache
+class _Miss(enum.Enum):
+    """The type of _MISS (an enum member, so that `is not _MISS` narrows it away)."""
+
+    MISS = 0
+
+
+_MISS: Final = _Miss.MISS  # sentinel: not in the cache
 
 
 class _BaseInfo:

@@ -75,7 +75,7 @@ class AioResolver(AbstractResolver):
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         """Allowed addresses of `host`; DeniedNetworkError or OSError otherwise."""
-        return await self.resolver.resolve(host, port)  # type: ignore[return-value]
+        return await self.resolver.resolve(host, port)  # type: ignore[return-value]  # ResolveResult keys
 
     async def close(self) -> None:
         """Nothing to release: the DNS stage owns the channel."""

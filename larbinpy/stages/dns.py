@@ -29,6 +29,7 @@ import ipaddress
 import logging
 import weakref
 from collections.abc import Callable
+from typing import cast
 
 import pycares
 
@@ -47,6 +48,7 @@ QUERY_TIMEOUT = 5.0
 QUERY_TRIES = 2
 _ADDR_TYPES = {"A": 1, "AAAA": 28}
 _QUERY_TYPES = {"A": pycares.QUERY_TYPE_A, "AAAA": pycares.QUERY_TYPE_AAAA}
+_AddrData = pycares.ARecordData | pycares.AAAARecordData  # the data of those records
 
 
 def ip_literal(host: str) -> str | None:
@@ -198,7 +200,8 @@ class Dns:
             records = [r for r in result.answer if r.type == _ADDR_TYPES[qtype]]
             if records:
                 ttl = min(r.ttl for r in records)
-                return [r.data.addr for r in records], min(max(ttl, TTL_FLOOR), TTL_CEILING)
+                addrs = [cast(_AddrData, r.data).addr for r in records]  # A or AAAA, by type
+                return addrs, min(max(ttl, TTL_FLOOR), TTL_CEILING)
         return [], NEGATIVE_TTL
 
     async def close(self) -> None:
@@ -314,7 +317,7 @@ class LoopResolver:
 
     def _start_timer(self) -> None:
         """Wake c-ares when its next timeout is due (at most a second from now)."""
-        delay = self._channel.timeout(1.0)
+        delay: float = self._channel.timeout(1.0)  # type: ignore[no-untyped-call]  # unannotated
         self._timer = self._loop.call_later(max(delay, 0.01), self._on_timer)
 
     def _on_timer(self) -> None:
