@@ -16,6 +16,8 @@ import threading
 from pathlib import Path
 
 import aiohttp
+import pycares
+import pytest
 from aiohttp import web
 from aiohttp.client_proto import ResponseHandler
 
@@ -24,10 +26,11 @@ from larbinpy.demo import DnsServer
 from larbinpy.net import aio
 from larbinpy.net.client import keepalive_seconds, request_headers
 from larbinpy.net.policy import NetworkPolicy
-from larbinpy.stages.dns import LoopResolver
+from larbinpy.stages.dns import DnsError, LoopResolver
 
 
 async def test_aiohttp_connector_still_makes_connections_with_its_factory() -> None:
+    """`_factory` is still the connector's protocol factory, and its connects still use it."""
     connector = aiohttp.TCPConnector()
     factory = getattr(connector, "_factory", None)
     await connector.close()
@@ -85,5 +88,20 @@ async def test_loop_resolver_answers_on_the_loop_without_a_thread() -> None:
             result = await asyncio.wait_for(resolver.query_dns("one.test", "A"), 10)
             assert [r.data.addr for r in result.answer if r.type == 1] == ["127.0.0.7"]
             assert threading.active_count() == threads, "c-ares got a thread of its own"
+        finally:
+            await resolver.close()
+
+
+async def test_loop_resolver_times_out_a_silent_server_with_ares_etimeout() -> None:
+    """A server that never answers: the loop's timer lets c-ares give up after its tries, and
+    the query fails with ARES_ETIMEOUT (the DNS stage then skips the AAAA query)."""
+    async with DnsServer({"mute.test": ["127.0.0.8"]}) as server:
+        server.silent.add("mute.test")
+        resolver = LoopResolver(nameservers=[server.address], timeout=0.3, tries=2)
+        try:
+            with pytest.raises(DnsError) as err:
+                await asyncio.wait_for(resolver.query_dns("mute.test", "A"), 10)
+            assert err.value.args[0] == pycares.errno.ARES_ETIMEOUT
+            assert server.queries[("mute.test", "A")] == 2  # both tries were sent
         finally:
             await resolver.close()
