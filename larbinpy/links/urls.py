@@ -200,7 +200,8 @@ class Normalizer:
             hit = self._absolute.get(href, _MISS)
             if hit is not _MISS:
                 return hit
-            result = self.normalize(href)
+            # a URL this normalizer produced is canonical, and normalizing is idempotent
+            result = self._same.get(href) or self.normalize(href)
             if len(self._absolute) >= _CACHE_MAX:
                 self._absolute.clear()  # bounded memory, as for the per-directory cache
                 self._same.clear()
@@ -216,7 +217,7 @@ class Normalizer:
                 return hit
         if info is None:
             return self.normalize(href)
-        result = self._parse(href, info)
+        result = self._produced(info, href) or self._parse(href, info)
         # Results that depend on the base's file name or query must not be shared per-directory.
         if sub is not None and len(href) <= _CACHE_HREF_MAX and not _uses_whole_base(href):
             self._remember(info, sub, href, result)
@@ -242,6 +243,21 @@ class Normalizer:
         # the caches, not sys.intern: CPython 3.12.0-3.12.5 never frees interned strings.)
         sub[href] = result if result is None else self._same.setdefault(result, result)
         self._cache_size += 1
+
+    def _produced(self, info: _BaseInfo, href: str) -> str | None:
+        """The URL href names on info's page when it is one this normalizer produced already,
+        written out as info's origin or folder followed by href; else None (ada-url decides).
+
+        A canonical URL has no space, control, backslash, '#' nor dot segment, so an href that
+        is its tail, has no ':' (no scheme) and starts with neither '?' nor '//', resolves to
+        exactly it: the same page linked as 'p.html', '/d/p.html' and 'http://h/d/p.html' is
+        parsed once."""
+        first = href[:1]
+        if ":" in href or first in "?#":  # '' too
+            return None
+        if first == "/":
+            return None if href[1:2] == "/" else self._same.get(info.origin + href)
+        return self._same.get(info.directory + href)
 
     def _parse(self, href: str, base: _BaseInfo | None) -> str | None:
         """ada-url's WHATWG answer for href (against base), in canonical form; None for
@@ -356,13 +372,15 @@ _MISS: Final = _Miss.MISS  # sentinel: not in the cache
 
 
 class _BaseInfo:
-    """A canonical base URL and its folder (the key of its cache slice), once per page."""
+    """A canonical base URL, its origin and its folder (the key of its cache slice), once per
+    page."""
 
-    __slots__ = ("url", "directory")
+    __slots__ = ("url", "origin", "directory")
 
     def __init__(self, url: str) -> None:
-        """The folder: the URL up to the last '/' of its path."""
+        """The origin: the URL up to its path; the folder: up to the path's last '/'."""
         self.url = url
+        self.origin = url[: url.find("/", 8)]
         path_end = url.find("?")
         self.directory = url[: url.rfind("/", 0, path_end if path_end >= 0 else len(url)) + 1]
 
