@@ -253,7 +253,7 @@ class Normalizer:
         exactly it: the same page linked as 'p.html', '/d/p.html' and 'http://h/d/p.html' is
         parsed once."""
         first = href[:1]
-        if ":" in href or first in "?#":  # '' too
+        if ":" in href or first in "?#" or "./" in href:  # '' too; './', '../': no such tail
             return None
         if first == "/":
             return None if href[1:2] == "/" else self._same.get(info.origin + href)
