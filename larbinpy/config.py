@@ -165,7 +165,7 @@ def parse_onoff(text: str) -> bool:
 
 @shows("ip[:port]")
 def parse_dns_server(text: str) -> str:
-    """`ip[:port]` or `[ipv6]:port`, checked, returned as aiodns wants it."""
+    """`ip[:port]` or `[ipv6]:port`, checked, returned as c-ares wants it."""
     host, port = text, None
     if text.startswith("["):
         host, _, rest = text[1:].partition("]")

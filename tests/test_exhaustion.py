@@ -116,6 +116,66 @@ def test_spill_under_a_real_fd_limit_loses_nothing_and_writes_whole_files(tmp_pa
     assert out["headers"] == ["#"]  # every spill file starts with its site's header
 
 
+AIOHTTP_SHORT_OF_DESCRIPTORS = """
+import asyncio, json, os, resource, sys
+from aiohttp import web
+from larbinpy.config import parse_config
+from larbinpy.net import aio, http1  # aio: imported before the descriptors run out
+from larbinpy.net.client import LazySession
+from larbinpy.net.policy import NetworkPolicy
+
+class Lookup:
+    policy = NetworkPolicy(parse_config("allowNetworks 127.0.0.0/8 end\\n").allow_networks)
+    async def lookup(self, host):
+        return ["127.0.0.1"]
+
+async def hello(request):
+    return web.Response(text="hello")
+
+async def main():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))
+    app = web.Application()
+    app.router.add_get("/", hello)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    cfg = parse_config(f"stateDir {sys.argv[1]}/state\\ntimeoutTotal 30\\n")
+    session = LazySession(cfg, Lookup())
+    held = []
+    try:
+        while True:
+            held.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError:
+        pass
+
+    async def give_back():
+        while http1.Shortage.waits == 0:  # once the connect has failed and waits
+            await asyncio.sleep(0.01)
+        for fd in held:
+            os.close(fd)
+
+    giver = asyncio.ensure_future(give_back())
+    async with session.get(f"http://page.test:{port}/") as resp:
+        text = await resp.text()
+    await giver
+    await session.close()
+    await runner.cleanup()
+    print(json.dumps({"status": resp.status, "text": text, "waits": http1.Shortage.waits}))
+
+asyncio.run(main())
+"""
+
+
+def test_aiohttp_connects_wait_while_descriptors_are_short(tmp_path: Path) -> None:
+    """HTTPS and proxies go through aiohttp: a connect that finds no descriptor waits and tries
+    again (as the HTTP/1.1 client's do), and the request gets its answer."""
+    out = run_child(AIOHTTP_SHORT_OF_DESCRIPTORS, str(tmp_path))
+    assert out["status"] == 200 and out["text"] == "hello"
+    assert out["waits"] >= 1
+
+
 QUEUES_ON_A_FULL_DISK = """
 import errno, json, os, sys
 from pathlib import Path

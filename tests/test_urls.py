@@ -414,6 +414,12 @@ def test_unsafe_characters_are_percent_encoded_like_a_browser(norm: Normalizer) 
     assert norm.normalize("http://e.com/\x01x") == "http://e.com/%01x"
 
 
+def test_caret_is_percent_encoded_in_the_path_not_in_the_query(norm: Normalizer) -> None:
+    """The URL Standard's path percent-encode set has `^` (docs/url-differences.md)."""
+    assert norm.normalize("http://e.com/a^b?c^d") == "http://e.com/a%5Eb?c^d"
+    assert norm.resolve("http://e.com/x/", "y^z") == "http://e.com/x/y%5Ez"
+
+
 def test_surrounding_whitespace_and_embedded_newlines_are_ignored(norm: Normalizer) -> None:
     assert norm.resolve("http://e.com/", "  /a\n/b\t\r ") == "http://e.com/a/b"
 

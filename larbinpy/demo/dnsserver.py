@@ -79,7 +79,7 @@ class DnsServer:
 
     @property
     def address(self) -> str:
-        """`ip:port` as aiodns/pycares accept it in `nameservers=[...]`."""
+        """`ip:port` as pycares (and aiodns) accept it in `nameservers=[...]`."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 

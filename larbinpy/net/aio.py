@@ -18,7 +18,7 @@ import asyncio
 import functools
 import socket
 import ssl
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -81,15 +81,39 @@ class AioResolver(AbstractResolver):
         """Nothing to release: the DNS stage owns the channel."""
 
 
-class PatientConnector(aiohttp.TCPConnector):
-    """aiohttp's connector, whose connects wait while local resources (descriptors) are short,
-    like the HTTP/1.1 client's (`http1.patiently`); the session's total timeout still bounds
-    the fetch."""
+class PatientGet:
+    """An aiohttp GET whose connect, failing for want of local resources (descriptors), is
+    tried again as the HTTP/1.1 client's are (`http1.patiently`), within the same total timeout:
+    the waits count against `timeoutTotal`. (A connect that failed sent nothing, so sending the
+    request again is the same request; aiohttp's public API, no connector internals.)"""
 
-    async def _wrap_create_connection(self, *args: Any, **kwargs: Any) -> Any:
-        connect = super()._wrap_create_connection
-        result, _ = await patiently(lambda _waited: connect(*args, **kwargs))
-        return result
+    def __init__(self, session: aiohttp.ClientSession, url: Any, kwargs: dict[str, Any]) -> None:
+        self.session, self.url, self.kwargs = session, url, kwargs
+        self.resp: aiohttp.ClientResponse | None = None
+
+    async def __aenter__(self) -> aiohttp.ClientResponse:
+        """Send the request (again while descriptors are short); the response."""
+        resp, _ = await patiently(self._send)
+        self.resp = resp
+        return resp
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        """Release the connection, as aiohttp's own request context does."""
+        if self.resp is not None:
+            await self.resp.__aexit__(*exc_info)
+
+    async def _send(self, waited: float) -> aiohttp.ClientResponse:
+        """One try, its total timeout less the time already spent waiting."""
+        kwargs = self.kwargs
+        timeout = self.session.timeout
+        if waited and timeout.total is not None:
+            if waited >= timeout.total:
+                raise TimeoutError  # timeoutTotal ran out while descriptors were short
+            kwargs = {**kwargs, "timeout": aiohttp.ClientTimeout(
+                total=timeout.total - waited, connect=timeout.connect,
+                sock_read=timeout.sock_read, sock_connect=timeout.sock_connect,
+                ceil_threshold=timeout.ceil_threshold)}
+        return await self.session.get(self.url, **kwargs)
 
 
 def ssl_context(cfg: Config) -> ssl.SSLContext | bool:
@@ -117,7 +141,7 @@ def proxy_url(cfg: Config) -> str | None:
 def make_session(cfg: Config, dns: HostLookup, headers: dict[str, str],
                  keepalive: float) -> aiohttp.ClientSession:
     """The crawl's one aiohttp session, sending `headers` with every request."""
-    connector = PatientConnector(
+    connector = aiohttp.TCPConnector(
         limit=0,  # the opener enforces pagesConnexions and connectionsPerHost
         resolver=AioResolver(CrawlerResolver(dns, cfg.proxy)),
         use_dns_cache=False,  # the DNS stage caches, honouring TTLs
@@ -127,10 +151,16 @@ def make_session(cfg: Config, dns: HostLookup, headers: dict[str, str],
     timeout = aiohttp.ClientTimeout(
         total=cfg.timeout_total, sock_connect=cfg.timeout_connect, sock_read=cfg.timeout_read
     )
-    # every byte of a body counted, chunk framing too (CountingHandler; aiohttp has no public
-    # way to give a connector its protocol)
-    connector._factory = functools.partial(  # type: ignore[assignment]  # partial[] invariant
-        CountingHandler, loop=connector._loop)
+    # every byte of a body counted, chunk framing too (CountingHandler). aiohttp has no public
+    # way to give a connector its protocol: pyproject pins aiohttp to the versions whose
+    # connector makes its connections with `_factory` (tests/test_dependency_internals.py).
+    if not isinstance(getattr(connector, "_factory", None), functools.partial):
+        raise RuntimeError(f"aiohttp {aiohttp.__version__} has no TCPConnector._factory: "
+                           "larbinpy cannot count the bytes of its responses")
+    connector._factory = cast(  # the protocol type aiohttp declares; CountingHandler is one
+        "functools.partial[ResponseHandler]",
+        functools.partial(CountingHandler, loop=asyncio.get_running_loop()),
+    )
     return aiohttp.ClientSession(
         connector=connector,
         timeout=timeout,

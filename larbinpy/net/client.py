@@ -67,14 +67,14 @@ class LazySession:
         self._aio: Any = None  # the aio module, once imported
 
     def get(self, url: Any, **kwargs: Any) -> Any:
-        """aiohttp's `ClientSession.get` (the request context manager)."""
+        """A GET through aiohttp (`aio.PatientGet`, a request context manager)."""
         if self._session is None:
             from larbinpy.net import aio
 
             self._aio = aio
             self._session = aio.make_session(self.cfg, self.dns, request_headers(self.cfg),
                                              keepalive_seconds(self.cfg))
-        return self._session.get(url, **kwargs)
+        return self._aio.PatientGet(self._session, url, kwargs)
 
     def failure_kind(self, exc: BaseException) -> Outcome | None:
         """The outcome kind of an aiohttp failure; None if `exc` is not aiohttp's."""

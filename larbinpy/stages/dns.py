@@ -1,7 +1,7 @@
 """Stage 3, larbin's fetchDns: resolve each new site's host, then hand the site on.
 
-aiodns queries on the crawl's own event loop (no c-ares thread: `LoopResolver`), at most
-`dnsConnexions` in flight (a fixed pool of workers over a queue), one query per host however
+c-ares (pycares) queries on the crawl's own event loop (no c-ares thread: `LoopResolver`), at
+most `dnsConnexions` in flight (a fixed pool of workers over a queue), one query per host however
 many sites or fetches wait for it (the query's future is registered before the first await, and
 each waiter gets a future of its own over it, as in aiohttp's connector: a waiter cancelled by
 its fetch's timeout cancels only itself, never the query nor the worker), a per-host cache
@@ -29,9 +29,8 @@ import ipaddress
 import logging
 import weakref
 from collections.abc import Callable
-from typing import Any, cast
+from typing import cast
 
-import aiodns
 import pycares
 
 from larbinpy.config import Config
@@ -48,6 +47,7 @@ NEGATIVE_TTL = 300.0  # how long a failed host stays failed
 QUERY_TIMEOUT = 5.0
 QUERY_TRIES = 2
 _ADDR_TYPES = {"A": 1, "AAAA": 28}
+_QUERY_TYPES = {"A": pycares.QUERY_TYPE_A, "AAAA": pycares.QUERY_TYPE_AAAA}
 _AddrData = pycares.ARecordData | pycares.AAAARecordData  # the data of those records
 
 
@@ -79,7 +79,7 @@ class Dns:
         self.inflight: dict[str, asyncio.Future[list[str]]] = {}
         self.queue: asyncio.Queue[str] = asyncio.Queue()
         self.waiting_sites = 0
-        self._resolver: aiodns.DNSResolver | None = None
+        self._resolver: LoopResolver | None = None
         # with a proxy, host names are the proxy's to resolve unless `proxyDns local`
         self.proxied = cfg.proxy is not None and cfg.proxy_dns == "proxy"
 
@@ -187,8 +187,8 @@ class Dns:
             self.stats.dns_queries += 1
             try:
                 result = await self._resolver.query_dns(host, qtype)
-            except aiodns.error.DNSError as exc:
-                if exc.args and exc.args[0] == aiodns.error.ARES_ETIMEOUT:
+            except DnsError as exc:
+                if exc.args and exc.args[0] == pycares.errno.ARES_ETIMEOUT:
                     break  # the server does not answer: asking again for AAAA would wait again
                 continue
             records = [r for r in result.answer if r.type == _ADDR_TYPES[qtype]]
@@ -236,24 +236,102 @@ def politeness_key(ip: str) -> str:
     return ip
 
 
-class LoopResolver(aiodns.DNSResolver):
-    """aiodns with c-ares's sockets watched by the crawl's event loop, not by a thread.
+class DnsError(Exception):
+    """A query failed: `args` are c-ares's error number and its words (pycares.errno)."""
 
-    aiodns 4 runs c-ares on c-ares's own event thread, each answer handed back with
-    `call_soon_threadsafe`: a second thread taking the GIL and waking the loop through its
-    self-pipe, a cost the crawl pays for every host (docs/benchmarks.md). Its fallback,
-    c-ares's sockets on the loop (aiodns 3's way, and larbin's: one thread), is what this
-    channel is. What it gives up: c-ares rereads /etc/resolv.conf on a change only with its
-    thread; a long crawl reads it at start (`dnsServers` names servers explicitly).
+
+class LoopResolver:
+    """c-ares (pycares) with its sockets watched by the crawl's event loop, not by a thread.
+
+    pycares 5 (and aiodns 4 over it) runs c-ares on c-ares's own event thread unless given a
+    `sock_state_cb`, each answer then handed back with `call_soon_threadsafe`: a second thread
+    taking the GIL and waking the loop through its self-pipe, a cost the crawl pays for every
+    host (docs/benchmarks.md). Here c-ares tells which sockets it waits on (`sock_state_cb`,
+    pycares's public API), the loop watches them and calls `process_fd`, and a timer lets
+    c-ares notice its own timeouts: one thread, as larbin. What it gives up: c-ares rereads
+    /etc/resolv.conf on a change only with its thread; a long crawl reads it at start
+    (`dnsServers` names servers explicitly).
     """
 
-    def _make_channel(self, **kwargs: Any) -> tuple[bool, pycares.Channel]:
-        """The channel aiodns 4 falls back to (its `_make_channel`, pinned by pyproject)."""
-        weak_self = weakref.ref(self)
+    def __init__(self, nameservers: list[str] | None, timeout: float, tries: int) -> None:
+        """A channel asking `nameservers` (the system's when None), `tries` times `timeout` s."""
+        self._loop = asyncio.get_running_loop()
+        self._readers: set[int] = set()
+        self._writers: set[int] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        weak_self = weakref.ref(self)  # the channel holds the callback: no cycle through it
 
         def sock_state(fd: int, readable: bool, writable: bool) -> None:
             this = weak_self()
             if this is not None:
-                this._sock_state_cb(fd, readable, writable)
+                this._sock_state(fd, readable, writable)
 
-        return False, pycares.Channel(sock_state_cb=sock_state, timeout=self._timeout, **kwargs)
+        self._channel = pycares.Channel(sock_state_cb=sock_state, timeout=timeout, tries=tries,
+                                        servers=nameservers or None)
+
+    def query_dns(self, host: str, qtype: str) -> asyncio.Future[pycares.DNSResult]:
+        """Ask for `host`'s records of `qtype` ("A", "AAAA"); DnsError if the query fails."""
+        fut: asyncio.Future[pycares.DNSResult] = self._loop.create_future()
+
+        def answered(result: pycares.DNSResult, error: int | None) -> None:
+            if fut.done():  # cancelled by its waiter meanwhile
+                return
+            if error is not None:
+                fut.set_exception(DnsError(error, pycares.errno.strerror(error)))
+            else:
+                fut.set_result(result)
+
+        try:
+            self._channel.query(host, _QUERY_TYPES[qtype], callback=answered)
+        except pycares.AresError as exc:
+            fut.set_exception(DnsError(*exc.args))
+        return fut
+
+    def _sock_state(self, fd: int, readable: bool, writable: bool) -> None:
+        """c-ares now waits on fd for reading and/or writing, or no longer uses it."""
+        process = self._channel.process_fd
+        if readable:
+            self._loop.add_reader(fd, process, fd, pycares.ARES_SOCKET_BAD)
+            self._readers.add(fd)
+        elif fd in self._readers:
+            self._loop.remove_reader(fd)
+            self._readers.discard(fd)
+        if writable:
+            self._loop.add_writer(fd, process, pycares.ARES_SOCKET_BAD, fd)
+            self._writers.add(fd)
+        elif fd in self._writers:
+            self._loop.remove_writer(fd)
+            self._writers.discard(fd)
+        if not (self._readers or self._writers):
+            if self._timer is not None:  # nothing in flight: nothing can time out
+                self._timer.cancel()
+                self._timer = None
+        elif self._timer is None:
+            self._start_timer()
+
+    def _start_timer(self) -> None:
+        """Wake c-ares when its next timeout is due (at most a second from now)."""
+        delay: float = self._channel.timeout(1.0)  # type: ignore[no-untyped-call]  # unannotated
+        self._timer = self._loop.call_later(max(delay, 0.01), self._on_timer)
+
+    def _on_timer(self) -> None:
+        """Let c-ares handle its timeouts (a try given up, the next one sent)."""
+        self._timer = None
+        if self._readers or self._writers:
+            self._channel.process_fd(pycares.ARES_SOCKET_BAD, pycares.ARES_SOCKET_BAD)
+            if self._timer is None and (self._readers or self._writers):
+                self._start_timer()
+
+    async def close(self) -> None:
+        """Cancel the queries in flight, take the sockets off the loop, free the channel."""
+        self._channel.cancel()  # their callbacks run now, with ARES_ECANCELLED
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for fd in self._readers:
+            self._loop.remove_reader(fd)
+        for fd in self._writers:
+            self._loop.remove_writer(fd)
+        self._readers.clear()
+        self._writers.clear()
+        self._channel.close()
