@@ -135,11 +135,14 @@ def _finished(raw: _Raw) -> Scan:
 
 def _values(values: list[str]) -> list[str]:
     """The values decoded (most need nothing)."""
-    return [_value(v) if "&" in v or "\x00" in v else v for v in values]
+    return [_value(v) if "&" in v or "\x00" in v or "\r" in v else v for v in values]
 
 
 def _value(text: str) -> str:
-    """An attribute value as the tokenizer hands it over: references decoded, NUL as U+FFFD."""
+    """An attribute value as the tokenizer hands it over: CR LF and CR as LF (the input
+    stream's newlines), references decoded, NUL as U+FFFD."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     if "&" in text:
         text = _CHARREF.sub(_charref, text)
     return text.replace("\x00", "\ufffd")
