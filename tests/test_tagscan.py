@@ -227,7 +227,7 @@ def test_the_encoding_without_selectolaxs_detection(monkeypatch, body: bytes) ->
     """A selectolax without its detection function: extract.py's own reads what pages
     declare with a BOM or <meta charset> the same way (selectolax reads "latin1" as
     ISO-8859-1, extract.py as the windows-1252 WHATWG says: the same but at 0x80-0x9F)."""
-    body += "é".encode(extract._codec(body), "replace") + "Ж".encode("utf-8")
+    body += "é".encode(extract._codec(body), "replace")
     text = extract._document(body)
     monkeypatch.setattr(extract, "_lexbor_codec", None)
     assert extract._document(body) == text
