@@ -47,8 +47,11 @@ static const struct { const char *name; int kind; } TAGS[] = {
 
 static int kind_of(ptr s, Py_ssize_t len) {
     size_t i;
+    unsigned char first = lower(s[0]);
+    if (len > 9 || !strchr("abilstxnfp", first))  /* most tags: span, div, code, em... */
+        return T_OTHER;
     for (i = 0; i < sizeof TAGS / sizeof TAGS[0]; i++)
-        if (same(s, len, TAGS[i].name))
+        if ((unsigned char)TAGS[i].name[0] == first && same(s, len, TAGS[i].name))
             return TAGS[i].kind;
     return T_OTHER;
 }

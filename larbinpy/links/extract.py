@@ -73,7 +73,7 @@ def extract_links(
                               tree)
     doc = _document(body)
     base, hrefs = _page_hrefs(doc, page_url, normalizer, follow_images, tree)
-    hrefs = _drop_too_long(hrefs, normalizer.max_length, on_too_long)
+    hrefs = _without_fragments(_drop_too_long(hrefs, normalizer.max_length, on_too_long))
     # past max_links, the rest is counted (distinct raw hrefs), not resolved
     return normalizer.resolve_upto(base, hrefs, max_links)
 
@@ -147,7 +147,7 @@ def _extract_large(
                                         tree)
         if start == 0:
             base = piece_base
-        hrefs = _drop_too_long(hrefs, normalizer.max_length, on_too_long)
+        hrefs = _without_fragments(_drop_too_long(hrefs, normalizer.max_length, on_too_long))
         found, left = normalizer.resolve_upto(base, hrefs, max(max_links - len(links), 0))
         links.update(dict.fromkeys(found))
         dropped += left
@@ -199,6 +199,24 @@ def _drop_too_long(hrefs: list[str], max_length: int,
         if on_too_long is not None:
             on_too_long(too_long)
     return hrefs
+
+
+def _without_fragments(hrefs: list[str]) -> list[str]:
+    """The hrefs without their fragments, those that are only one (`#top`: this page, which
+    the normalizer drops) left out.
+
+    A canonical URL has no fragment, so `a.html#x` resolves to what `a.html` does; cut, the
+    many `a.html#x`, `a.html#y` of a documentation page are one entry of the normalizer's
+    cache, instead of a resolution each (`tests/test_extract.py` holds the two equal). Not
+    cut: an href whose part before the "#" ends in a space or control character, which the
+    URL parser would strip at the end of the input but keeps (escaped) before a fragment."""
+    return [_cut(href) if "#" in href else href for href in hrefs if href[0] != "#"]
+
+
+def _cut(href: str) -> str:
+    """An href without its fragment (`_without_fragments`)."""
+    head = href.partition("#")[0]
+    return head if head[-1] > " " else href
 
 
 # --- lexbor's tree: for pages with a <frameset>, and as the scan's reference ---
