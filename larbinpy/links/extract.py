@@ -1,13 +1,15 @@
 """Link extraction: turns a fetched HTML body into the canonical URLs the frontier should see.
 
-The fetcher hands over raw bytes; this module parses them with selectolax's lexbor backend (which
-detects the encoding from a BOM or ``<meta charset>`` and never raises on invalid bytes), finds the
-link-bearing elements in document order, and lets `Normalizer` resolve them
-against the page's base URL the way a browser would.
+The fetcher hands over raw bytes; this module reads them as UTF-8 (transcoding a page whose BOM
+or ``<meta charset>`` names another encoding, as lexbor does; invalid bytes become U+FFFD),
+finds the link-bearing tags in one pass without building a tree (`tagscan.py`), and lets
+`Normalizer` resolve them against the page's base URL the way a browser would. lexbor's tree
+(selectolax) is built only for a page with a `<frameset>` (see `tagscan.py` for why), and on
+request (`tree=True`) as the reference the scan is tested against.
 
 Encoding: paths are always percent-encoded as UTF-8, as browsers do. Browsers encode the *query*
-of a link on a non-UTF-8 page in the page's encoding; larbinpy uses UTF-8 there too (lexbor hands
-us the document already transcoded), so such a link's query can differ from the browser's.
+of a link on a non-UTF-8 page in the page's encoding; larbinpy uses UTF-8 there too (the page is
+transcoded first), so such a link's query can differ from the browser's.
 """
 
 from __future__ import annotations
