@@ -120,7 +120,7 @@ def _page_hrefs(
 def _stripped(values: Iterable[str | None]) -> list[str]:
     """The non-empty values, without the ASCII whitespace browsers strip around URLs (an
     empty href means "this page")."""
-    return [v for v in (value.strip(_ASCII_WHITESPACE) for value in values if value) if v]
+    return [stripped for value in values if value and (stripped := value.strip(_ASCII_WHITESPACE))]
 
 
 def _extract_large(
