@@ -229,7 +229,7 @@ def test_the_encoding_without_selectolaxs_detection(monkeypatch, body: bytes) ->
     ISO-8859-1, extract.py as the windows-1252 WHATWG says: the same but at 0x80-0x9F)."""
     body += "é".encode(extract._codec(body), "replace")
     text = extract._document(body)
-    monkeypatch.setattr(extract, "_lexbor_codec", None)
+    monkeypatch.setattr(extract, "_lexbor_codec", lambda: None)
     assert extract._document(body) == text
 
 

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import functools
 import re
 from collections.abc import Callable, Iterable
-
-import selectolax.lexbor
-from selectolax.lexbor import LexborDocumentOptions, LexborHTMLParser
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from larbinpy.links.tagscan import scan
 from larbinpy.links.urls import Normalizer
+
+if TYPE_CHECKING:
+    from selectolax.lexbor import LexborHTMLParser
 
 __all__ = ["NAV_RELS", "extract_links"]
 
@@ -32,17 +35,10 @@ __all__ = ["NAV_RELS", "extract_links"]
 # and matches slower than a tag-name walk (docs/benchmarks.md).
 _LINK_TAGS = (("a", "href"), ("area", "href"), ("frame", "src"), ("iframe", "src"))
 UTF8_BOM = b"\xef\xbb\xbf"
-# selectolax's encoding detection (lexbor's prescan of <meta>): what `encoding=True` uses
-_lexbor_codec: Callable[[bytes], str] | None = getattr(selectolax.lexbor, "_encoding_codec", None)
 # `<link rel=... href>` relations that lead to other pages of a site (wget follows them too);
 # stylesheets, icons, preloads and the like are not pages
 NAV_RELS = frozenset({"next", "prev", "previous", "up", "top", "alternate"})
 _ASCII_WHITESPACE = " \t\n\f\r"
-# The tree as parsed, without lexbor's after-parse DOM updates, which cost parse time. The only
-# update that touches links is <selectedcontent> mirroring the chosen <option>: without it, the
-# option's links are found where the option is, and links written inside <selectedcontent>
-# itself are kept (a browser would replace them) -- the source's links, not the rendered DOM's.
-_NO_EVENTS = LexborDocumentOptions.WO_EVENTS
 # Pages over LARGE_PAGE bytes are read SEGMENT bytes at a time (`_extract_large`): the memory
 # a piece takes (its hrefs; lexbor's tree, a few dozen times its size, where one is built)
 # stays bounded whatever the page's size.
@@ -113,7 +109,13 @@ def _page_hrefs(
             if follow_images:
                 hrefs += _stripped(found.img)
             return _resolved_base(found.base, page_url, normalizer), hrefs
-    parsed = LexborHTMLParser(doc, options=_NO_EVENTS)
+    lexbor = _lexbor()
+    # The tree as parsed, without lexbor's after-parse DOM updates, which cost parse time. The
+    # only update that touches links is <selectedcontent> mirroring the chosen <option>:
+    # without it, the option's links are found where the option is, and links written inside
+    # <selectedcontent> itself are kept (a browser would replace them) -- the source's links,
+    # not the rendered DOM's.
+    parsed = lexbor.LexborHTMLParser(doc, options=lexbor.LexborDocumentOptions.WO_EVENTS)
     return _base(parsed, page_url, normalizer), _hrefs(parsed, follow_images)
 
 
@@ -160,8 +162,9 @@ def _extract_large(
 def _codec(body: bytes) -> str:
     """The Python codec lexbor reads a page with: its BOM's, else its `<meta>` declaration's
     in the first 1024 bytes (the HTML Standard's prescan), else UTF-8."""
-    if _lexbor_codec is not None:
-        return _lexbor_codec(body)
+    detect = _lexbor_codec()
+    if detect is not None:
+        return detect(body)
     # the same rules, for a selectolax without its detection function
     if body.startswith((b"\xff\xfe", b"\xfe\xff")):
         return "utf-16-le" if body[0] == 0xFF else "utf-16-be"
@@ -219,6 +222,21 @@ def _cut(href: str) -> str:
     """An href without its fragment (`_without_fragments`)."""
     head = href.partition("#")[0]
     return head if head[-1] > " " else href
+
+
+@functools.cache
+def _lexbor() -> ModuleType:
+    """selectolax's lexbor module, imported at its first use: a crawl that meets no page
+    needing it (no <frameset>, nothing but ASCII) never pays its import."""
+    import selectolax.lexbor
+
+    return selectolax.lexbor
+
+
+def _lexbor_codec() -> Callable[[bytes], str] | None:
+    """selectolax's encoding detection (lexbor's prescan of <meta>), what its
+    `encoding=True` uses; None in a selectolax without it."""
+    return getattr(_lexbor(), "_encoding_codec", None)
 
 
 # --- lexbor's tree: for pages with a <frameset>, and as the scan's reference ---

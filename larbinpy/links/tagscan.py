@@ -29,6 +29,7 @@ LARBINPY_PURE_SCAN=1 in the environment, and is the readable statement of what b
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from html.entities import html5 as _ENTITIES
@@ -86,13 +87,24 @@ def _compile(src: str, flags: int = 0) -> re.Pattern[bytes]:
     return re.compile(src.encode("ascii"), flags)
 
 
-_NEXT = _compile(_NEXT_SRC, _FLAGS).match
-_ATTRS_OF = _compile(_ATTR_SRC).findall
-_END_OF = {name: _compile(rf"</{name}{_DELIM}", re.I).search
-           for name in _RAW_TEXT if name != "script"}
-_SCRIPT = _compile(rf"</script{_DELIM}|<!--", re.I).search
-_ESCAPED = _compile(rf"-->|</script{_DELIM}|<script{_DELIM}", re.I).search
-_DOUBLE = _compile(rf"-->|</script{_DELIM}", re.I).search
+class _Pure:
+    """The pure twin's compiled patterns, made at its first page (the C twin needs none, and
+    compiling them is most of this module's import time)."""
+
+    def __init__(self) -> None:
+        self.next = _compile(_NEXT_SRC, _FLAGS).match
+        self.attrs_of = _compile(_ATTR_SRC).findall
+        self.end_of = {name: _compile(rf"</{name}{_DELIM}", re.I).search
+                       for name in _RAW_TEXT if name != "script"}
+        self.script = _compile(rf"</script{_DELIM}|<!--", re.I).search
+        self.escaped = _compile(rf"-->|</script{_DELIM}|<script{_DELIM}", re.I).search
+        self.double = _compile(rf"-->|</script{_DELIM}", re.I).search
+
+
+@functools.cache
+def _pure() -> _Pure:
+    """The pure twin's patterns, compiled once."""
+    return _Pure()
 
 
 class Scan(NamedTuple):
@@ -150,12 +162,13 @@ def _value(text: str) -> str:
 
 def _scan_py(doc: bytes) -> _Raw:
     """The raw twin of `_tagscan.scan`: values decoded from UTF-8, references not yet."""
+    p = _pure()
     found: dict[str, list] = {"a": [], "area": [], "iframe": [], "link": [], "img": []}
     base: str | None = None
     template = 0  # depth of <template>s: their content is not in the document
     pos = 0
     while True:
-        m = _NEXT(doc, pos)
+        m = p.next(doc, pos)
         pos = m.end()
         start = m["start"]
         if start is None:
@@ -166,12 +179,12 @@ def _scan_py(doc: bytes) -> _Raw:
         if not m["end"]:
             break  # a tag cut off by the end of the page is no tag
         name = start.lower().decode("ascii")
-        if name in _END_OF or name == "script":
+        if name in p.end_of or name == "script":
             if name == "iframe" and not template:
-                src = _attr(_ATTRS_OF(m["attrs"]), b"src")
+                src = _attr(p.attrs_of(m["attrs"]), b"src")
                 if src:
                     found["iframe"].append(src)
-            pos = _script_end(doc, pos) if name == "script" else _raw_end(name, doc, pos)
+            pos = _script_end(p, doc, pos) if name == "script" else _raw_end(p, name, doc, pos)
         elif name == "template":
             template += 1
         elif name == "plaintext":
@@ -181,13 +194,13 @@ def _scan_py(doc: bytes) -> _Raw:
         elif template:
             continue
         elif name == "link":
-            attrs = _ATTRS_OF(m["attrs"])
+            attrs = p.attrs_of(m["attrs"])
             found["link"].append((_attr(attrs, b"rel"), _attr(attrs, b"href")))
         elif name == "base":
             if base is None:  # only the first <base> with an href counts, wherever it is
-                base = _attr(_ATTRS_OF(m["attrs"]), b"href")
+                base = _attr(p.attrs_of(m["attrs"]), b"href")
         else:
-            value = _attr(_ATTRS_OF(m["attrs"]), b"src" if name[0] == "i" else b"href")
+            value = _attr(p.attrs_of(m["attrs"]), b"src" if name[0] == "i" else b"href")
             if value:
                 found["img" if name[0] == "i" else name].append(value)
     return (base, found["a"], found["area"], found["iframe"], found["link"], found["img"],
@@ -208,34 +221,34 @@ def _attr(attrs: list[tuple[bytes, ...]], name: bytes) -> str | None:
     return None
 
 
-def _raw_end(name: str, doc: bytes, pos: int) -> int:
+def _raw_end(p: _Pure, name: str, doc: bytes, pos: int) -> int:
     """Where the raw text (or RCDATA) of a `name` element opened before `pos` ends: at its
     end tag, which the main scan then reads as a tag."""
-    m = _END_OF[name](doc, pos)
+    m = p.end_of[name](doc, pos)
     return len(doc) if m is None else m.start()
 
 
-def _script_end(doc: bytes, pos: int) -> int:
+def _script_end(p: _Pure, doc: bytes, pos: int) -> int:
     """Where a script's text ends, after the tokenizer's script data states: a `<!--` escapes
     it, a `<script` inside the escape double-escapes it (so a `</script>` there does not end
     it), `-->` ends the escape."""
-    search = _SCRIPT
+    search = p.script
     while True:
         m = search(doc, pos)
         if m is None:
             return len(doc)
         token = m.group()
         if token[:2] == b"</":
-            if search is _DOUBLE:  # leaves the double escape only
-                search, pos = _ESCAPED, m.end() + 1
+            if search is p.double:  # leaves the double escape only
+                search, pos = p.escaped, m.end() + 1
                 continue
             return m.start()
         if token[:1] == b"-":  # "-->"
-            search, pos = _SCRIPT, m.end()
+            search, pos = p.script, m.end()
         elif token[:2] == b"<!":  # "<!--": at its "--", which may end it at once ("<!-->")
-            search, pos = _ESCAPED, m.start() + 2
+            search, pos = p.escaped, m.start() + 2
         else:  # "<script"
-            search, pos = _DOUBLE, m.end() + 1
+            search, pos = p.double, m.end() + 1
 
 
 def _charref(m: re.Match) -> str:
