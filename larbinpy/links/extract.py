@@ -265,4 +265,4 @@ def _hrefs(tree: LexborHTMLParser, follow_images: bool) -> list[str]:
 
 def _is_nav(rel: str | None) -> bool:
     """Whether a `<link>`'s rel names a navigation relation (NAV_RELS)."""
-    return bool(rel) and not NAV_RELS.isdisjoint(rel.lower().split())  # type: ignore[union-attr]
+    return rel is not None and not NAV_RELS.isdisjoint(rel.lower().split())

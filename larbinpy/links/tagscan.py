@@ -33,12 +33,12 @@ import functools
 import os
 import re
 from html.entities import html5 as _ENTITIES
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 try:
     from larbinpy.links import _tagscan
 except ImportError:  # not built (a source tree without `pip install .`)
-    _tagscan = None  # type: ignore[assignment]
+    _tagscan = None  # type: ignore[assignment]  # the module's stand-in: "not built"
 
 __all__ = ["Scan", "scan", "scan_py", "scan_c"]
 
@@ -163,12 +163,13 @@ def _value(text: str) -> str:
 def _scan_py(doc: bytes) -> _Raw:
     """The raw twin of `_tagscan.scan`: values decoded from UTF-8, references not yet."""
     p = _pure()
-    found: dict[str, list] = {"a": [], "area": [], "iframe": [], "link": [], "img": []}
+    found: dict[str, list[Any]] = {"a": [], "area": [], "iframe": [], "link": [], "img": []}
     base: str | None = None
     template = 0  # depth of <template>s: their content is not in the document
     pos = 0
     while True:
         m = p.next(doc, pos)
+        assert m is not None  # the pattern matches everywhere: its last alternative is \Z
         pos = m.end()
         start = m["start"]
         if start is None:
@@ -251,9 +252,13 @@ def _script_end(p: _Pure, doc: bytes, pos: int) -> int:
             search, pos = p.double, m.end() + 1
 
 
-def _charref(m: re.Match) -> str:
+def _charref(m: re.Match[str]) -> str:
     """One character reference in an attribute value, decoded as the tokenizer does."""
+    hex_digits: str | None
+    digits: str
+    name: str | None
     hex_digits, digits, name = m.groups()
+    written: str = m.group()
     if name is None:
         return _numeric(int(hex_digits, 16) if hex_digits is not None else int(digits))
     for k in range(min(len(name), _LONGEST_ENTITY), 0, -1):
@@ -261,11 +266,11 @@ def _charref(m: re.Match) -> str:
         if value is not None:
             break
     else:
-        return m.group()  # no such name: the text as written
+        return written  # no such name: the text as written
     if name[k - 1] != ";":
         after = name[k:k + 1] or m.string[m.end():m.end() + 1]
         if after and (after.isascii() and (after.isalnum() or after == "=")):
-            return m.group()  # `&copy=3`, `&notit`: in an attribute, not a reference
+            return written  # `&copy=3`, `&notit`: in an attribute, not a reference
     return value + name[k:]
 
 
