@@ -86,6 +86,8 @@ class Reader:
         sites: Sites,
         crawl_log: CrawlLog,
         memory: DocumentMemory,
+        session: LazySession,
+        http1: Http1Client | None,
     ) -> None:
         self.cfg, self.stats, self.normalizer = cfg, stats, normalizer
         self.memory = memory  # bodies take their bytes from it, the parser gives them back
@@ -94,10 +96,11 @@ class Reader:
         self.limiter = limiter
         self.contents = contents  # noDup: digests of bodies already seen
         self.keep_raw = keep_raw  # an archival output wants the bytes as received
-        self.session: LazySession | None = None
-        self.http1: Http1Client | None = None  # plain http:// without a proxy (http1.py)
+        self.session = session
+        self.http1 = http1  # plain http:// without a proxy (http1.py)
         # a job a site asked us to retry (429/503) goes back to its site's queue
-        self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites.enqueue)
+        self.sites = sites
+        self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites)
         self.cookies = CookieJar() if cfg.cookies else None
         self.parser = parser  # 2xx pages go on to it (links, outputs)
         self.crawl_log = crawl_log  # each job's final line
@@ -131,7 +134,7 @@ class Reader:
             await asyncio.sleep(0)
         if not self.outputs.ready:  # storage full or a slow hook: back-pressure, not memory
             await self.outputs.wait_ready()
-        site.pages += 1
+        self.sites.count_page(site)
         ex = Exchange(time.monotonic())
         kind = await self._request(site, job, ex)
         self.stats.count(kind)
@@ -142,7 +145,6 @@ class Reader:
 
     async def _request(self, site: Site, job: Job, ex: Exchange) -> Outcome:
         """Send the request and read the response: the outcome kind."""
-        assert self.session is not None
         headers = None
         if self.cookies is not None:
             cookie = self.cookies.header(site.key, _path(job.url, site.key))
