@@ -255,3 +255,34 @@ def test_a_large_page_in_pieces_finds_what_a_whole_parse_finds(norm: Normalizer)
     assert dropped == 0
     assert links == [f"http://example.com/dir/sub/p{i}" for i in range(120_000)] + [
         "http://other.test/x"]
+
+
+def test_an_href_resolves_as_it_does_without_its_fragment() -> None:
+    """extract.py cuts fragments before resolving (`_without_fragments`): the same URL, or
+    the same refusal, for every href with a fragment in WPT's URL cases and the Python docs
+    sample, against their bases and a page's."""
+    import json
+    import re
+    from pathlib import Path
+
+    from larbinpy.links.extract import _without_fragments
+
+    data = Path(__file__).parent / "data"
+    cases = [(c["base"] or PAGE, c["input"]) for c in
+             json.loads((data / "urltestdata.json").read_text("utf-8"))
+             if isinstance(c, dict) and "#" in c["input"]]
+    for page in (data / "pydocs").rglob("*.html"):
+        cases += [("http://docs.test/3/library/x.html", href) for href in
+                  re.findall(r'href="([^"]*#[^"]*)"', page.read_text("utf-8"))]
+    checked = 0
+    for base, href in cases:
+        href = href.strip(" \t\n\f\r")
+        if not href or not Normalizer().normalize(base):
+            continue
+        base = Normalizer().normalize(base) or base
+        cut = _without_fragments([href])
+        whole = Normalizer().resolve(base, href)
+        assert (cut == [] and whole in (None, base)) or (
+            Normalizer().resolve(base, cut[0]) == whole), (base, href)
+        checked += 1
+    assert checked > 1000

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import os
 import shutil
 import subprocess
 import sys
@@ -109,10 +110,10 @@ def test_the_demo_without_its_extra_says_which_to_install() -> None:
 def copy_tree(dest: Path) -> Path:
     """What the distribution is built from, without the venv, caches or state of this tree."""
     dest.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, dest / name)
-    shutil.copytree(REPO / "larbinpy", dest / "larbinpy",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(REPO / "larbinpy", dest / "larbinpy",  # the C extension built afresh
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
     return dest
 
 
@@ -138,6 +139,9 @@ async def test_a_plain_pip_install_crawls_with_every_output(make_web, tmp_path: 
     code, out = await run(py, "-c", "import importlib.util as u; "
                                     "print([m for m in ('redis', 'dnslib') if u.find_spec(m)])")
     assert (code, out) == (0, "[]\n")
+    code, out = await run(py, "-c", "from larbinpy.links import tagscan; "
+                                    "print(tagscan.scan is tagscan.scan_c)")
+    assert (code, out) == (0, "True\n")  # the C link scanner was built and is the one used
 
     tw = await make_web([
         Site("a.test", "127.0.0.2", {"/x.html": html("/")}),
@@ -158,6 +162,24 @@ async def test_a_plain_pip_install_crawls_with_every_output(make_web, tmp_path: 
     assert code == 1 and "pip install 'larbinpy[bench]'" in out and "Traceback" not in out
     code, out = await run(py, "-m", "larbinpy.demo.demoweb", "--serve-only", timeout=60)
     assert code == 1 and "pip install 'larbinpy[demo]'" in out and "Traceback" not in out
+
+
+@pytest.mark.slow
+async def test_an_install_without_a_c_compiler_says_what_to_install(tmp_path: Path) -> None:
+    """The C link scanner cannot be built: pip stops with what is missing, not a traceback
+    at run time."""
+    venv = tmp_path / "venv"
+    code, out = await run(sys.executable, "-m", "venv", venv)
+    assert code == 0, out
+    src = copy_tree(tmp_path / "src")
+    env = {**os.environ, "CC": str(tmp_path / "no-such-compiler")}
+    proc = await asyncio.create_subprocess_exec(
+        str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(src), env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out_bytes, _ = await asyncio.wait_for(proc.communicate(), 600)
+    assert proc.returncode != 0
+    assert "could not build its C link scanner" in out_bytes.decode(errors="replace")
+    assert "apt-get install gcc python3-dev" in out_bytes.decode(errors="replace")
 
 
 async def test_a_plain_http_crawl_without_ports_never_imports_aiohttp(make_web, tmp_path):

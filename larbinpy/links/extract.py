@@ -1,25 +1,32 @@
 """Link extraction: turns a fetched HTML body into the canonical URLs the frontier should see.
 
-The fetcher hands over raw bytes; this module parses them with selectolax's lexbor backend (which
-detects the encoding from a BOM or ``<meta charset>`` and never raises on invalid bytes), finds the
-link-bearing elements in document order, and lets `Normalizer` resolve them
-against the page's base URL the way a browser would.
+The fetcher hands over raw bytes; this module reads them as UTF-8 (transcoding a page whose BOM
+or ``<meta charset>`` names another encoding, as lexbor does; invalid bytes become U+FFFD),
+finds the link-bearing tags in one pass without building a tree (`tagscan.py`), and lets
+`Normalizer` resolve them against the page's base URL the way a browser would. lexbor's tree
+(selectolax) is built only for a page with a `<frameset>` (see `tagscan.py` for why), and on
+request (`tree=True`) as the reference the scan is tested against.
 
 Encoding: paths are always percent-encoded as UTF-8, as browsers do. Browsers encode the *query*
-of a link on a non-UTF-8 page in the page's encoding; larbinpy uses UTF-8 there too (lexbor hands
-us the document already transcoded), so such a link's query can differ from the browser's.
+of a link on a non-UTF-8 page in the page's encoding; larbinpy uses UTF-8 there too (the page is
+transcoded first), so such a link's query can differ from the browser's.
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
+import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-from selectolax.lexbor import LexborDocumentOptions, LexborHTMLParser
-
+from larbinpy.links.tagscan import scan
 from larbinpy.links.urls import Normalizer
+
+if TYPE_CHECKING:
+    from selectolax.lexbor import LexborHTMLParser
 
 __all__ = ["NAV_RELS", "extract_links"]
 
@@ -27,18 +34,14 @@ __all__ = ["NAV_RELS", "extract_links"]
 # one CSS selector query over the same elements: lexbor sets its selector engine up per query
 # and matches slower than a tag-name walk (docs/benchmarks.md).
 _LINK_TAGS = (("a", "href"), ("area", "href"), ("frame", "src"), ("iframe", "src"))
-_IMAGE_TAGS = (("img", "src"),)
+UTF8_BOM = b"\xef\xbb\xbf"
 # `<link rel=... href>` relations that lead to other pages of a site (wget follows them too);
 # stylesheets, icons, preloads and the like are not pages
 NAV_RELS = frozenset({"next", "prev", "previous", "up", "top", "alternate"})
 _ASCII_WHITESPACE = " \t\n\f\r"
-# The tree as parsed, without lexbor's after-parse DOM updates, which cost parse time. The only
-# update that touches links is <selectedcontent> mirroring the chosen <option>: without it, the
-# option's links are found where the option is, and links written inside <selectedcontent>
-# itself are kept (a browser would replace them) -- the source's links, not the rendered DOM's.
-_NO_EVENTS = LexborDocumentOptions.WO_EVENTS
-# Pages over LARGE_PAGE bytes are parsed SEGMENT characters at a time (`_extract_large`): the
-# memory a parse takes then stays a few dozen times SEGMENT, whatever the page's size.
+# Pages over LARGE_PAGE bytes are read SEGMENT bytes at a time (`_extract_large`): the memory
+# a piece takes (its hrefs; lexbor's tree, a few dozen times its size, where one is built)
+# stays bounded whatever the page's size.
 LARGE_PAGE = 512 * 1024
 SEGMENT = 256 * 1024
 _META_CHARSET = re.compile(rb"<meta[^>]+charset\s*=\s*[\"']?([A-Za-z0-9._:-]+)", re.I)
@@ -55,57 +58,100 @@ def extract_links(
     follow_images: bool = False,
     max_links: int = 10000,
     on_too_long: Callable[[int], None] | None = None,
+    tree: bool = False,
 ) -> tuple[list[str], int]:
     """Absolute canonical http(s) links of an HTML page, de-duplicated (in document order per
     kind of element: <a> first, then areas, frames, navigation <link>s, images), and how many
     distinct hrefs were dropped, unresolved, once max_links were found. Hrefs longer than the
     normalizer accepts are spider traps: their number goes to `on_too_long` (when not 0).
-    A page over LARGE_PAGE is read in pieces (`_extract_large`)."""
+    A page over LARGE_PAGE is read in pieces (`_extract_large`). `tree` builds lexbor's tree
+    of every page instead of scanning it: the reference the scan is tested against."""
     if len(body) > LARGE_PAGE:
-        return _extract_large(body, page_url, normalizer, follow_images, max_links, on_too_long)
-    # Pure ASCII reads the same in every encoding a browser knows (WHATWG reads a declared
-    # UTF-16 as UTF-8; UTF-7 and EBCDIC labels are unknown to it), so the parser need not look
-    # for a declaration -- unless a 7-bit encoding may be shifting into two-byte text, whose
-    # bytes can spell "<a": ISO-2022-JP does it with ESC, HZ with "~{". (One-byte searches
-    # are memchr; searching for the two-byte "~{" would cost more than the detection it saves.)
-    detect = not body.isascii() or b"\x1b" in body or b"~" in body
-    try:
-        tree = LexborHTMLParser(body, encoding=detect, options=_NO_EVENTS)
-    except (UnicodeError, LookupError):
-        # a <meta charset> naming a codec the bytes are not in (e.g. "utf-16" on ASCII)
-        tree = LexborHTMLParser(body.decode("utf-8", "replace"), options=_NO_EVENTS)
-    base = _base(tree, page_url, normalizer)
-    hrefs = _hrefs(tree, follow_images, normalizer.max_length, on_too_long)
+        return _extract_large(body, page_url, normalizer, follow_images, max_links, on_too_long,
+                              tree)
+    doc = _document(body)
+    base, hrefs = _page_hrefs(doc, page_url, normalizer, follow_images, tree)
+    hrefs = _without_fragments(_drop_too_long(hrefs, normalizer.max_length, on_too_long))
     # past max_links, the rest is counted (distinct raw hrefs), not resolved
     return normalizer.resolve_upto(base, hrefs, max_links)
 
 
+def _document(body: bytes) -> bytes:
+    """The page as UTF-8 bytes, as lexbor reads it: as they are (without a BOM), or
+    transcoded from the encoding its BOM or early `<meta>` names (`_codec`)."""
+    # Pure ASCII reads the same in every encoding a browser knows (WHATWG reads a declared
+    # UTF-16 as UTF-8; UTF-7 and EBCDIC labels are unknown to it), so there is no need to look
+    # for a declaration -- unless a 7-bit encoding may be shifting into two-byte text, whose
+    # bytes can spell "<a": ISO-2022-JP does it with ESC, HZ with "~{". (One-byte searches
+    # are memchr; searching for the two-byte "~{" would cost more than the detection it saves.)
+    if body.isascii() and b"\x1b" not in body and b"~" not in body:
+        return body
+    codec = _codec(body)
+    if codec == "utf-8":
+        return body.removeprefix(UTF8_BOM)
+    try:
+        text = body.decode(codec, "replace")
+    except (UnicodeError, LookupError):  # a codec that refuses these bytes after all
+        text = body.decode("utf-8", "replace")
+    return text.removeprefix("\ufeff").encode("utf-8", "surrogatepass")
+
+
+def _page_hrefs(
+    doc: bytes, page_url: str, normalizer: Normalizer, follow_images: bool, tree: bool
+) -> tuple[str, list[str]]:
+    """The base URL of a page (or piece of one) and its hrefs by kind of element: scanned
+    (`tagscan.scan`), or from lexbor's tree where the scan cannot tell (a <frameset>)."""
+    if not tree:
+        found = scan(doc)
+        if not found.needs_tree:
+            hrefs = _stripped(found.a) + _stripped(found.area) + _stripped(found.iframe)
+            hrefs += _stripped(href for rel, href in found.link if _is_nav(rel))
+            if follow_images:
+                hrefs += _stripped(found.img)
+            return _resolved_base(found.base, page_url, normalizer), hrefs
+    lexbor = _lexbor()
+    # The tree as parsed, without lexbor's after-parse DOM updates, which cost parse time. The
+    # only update that touches links is <selectedcontent> mirroring the chosen <option>:
+    # without it, the option's links are found where the option is, and links written inside
+    # <selectedcontent> itself are kept (a browser would replace them) -- the source's links,
+    # not the rendered DOM's.
+    parsed = lexbor.LexborHTMLParser(doc, options=lexbor.LexborDocumentOptions.WO_EVENTS)
+    return _base(parsed, page_url, normalizer), _hrefs(parsed, follow_images)
+
+
+def _stripped(values: Iterable[str | None]) -> list[str]:
+    """The non-empty values, without the ASCII whitespace browsers strip around URLs (an
+    empty href means "this page")."""
+    return [stripped for value in values if value and (stripped := value.strip(_ASCII_WHITESPACE))]
+
+
 def _extract_large(
     body: bytes, page_url: str, normalizer: Normalizer, follow_images: bool, max_links: int,
-    on_too_long: Callable[[int], None] | None,
+    on_too_long: Callable[[int], None] | None, tree: bool,
 ) -> tuple[list[str], int]:
-    """`extract_links` for a page over LARGE_PAGE, parsed SEGMENT characters at a time.
+    """`extract_links` for a page over LARGE_PAGE, read SEGMENT bytes at a time.
 
-    lexbor's tree of a whole page takes a few dozen times the page's size; pieces cut just
-    before a `<` keep every tag whole and bound that memory by SEGMENT whatever the page's
-    size. What a whole parse would see differently: a `<` inside a script, comment or
-    attribute value at a cut may start a spurious tag; links come in document order piece by
-    piece (not all <a> first); `<base>` counts only in the first piece (where <head> is); and
-    the dropped hrefs are counted distinct within each piece.
+    A piece is cut just before a `<`, so every tag is whole; the memory a piece takes (its
+    hrefs, or lexbor's tree of it, a few dozen times its size, where one is built) is bounded
+    by SEGMENT whatever the page's size. What a whole read would see differently: a `<`
+    inside a script, comment or attribute value at a cut may start a spurious tag; links
+    come in document order piece by piece (not all <a> first); `<base>` counts only in the
+    first piece (where <head> is); and the dropped hrefs are counted distinct within each
+    piece.
     """
-    text = _decode(body)
+    doc = _document(body)
     links: dict[str, None] = {}
     dropped = 0
     base = page_url
     start = 0
-    while start < len(text):
-        end = text.find("<", start + SEGMENT) if len(text) - start > SEGMENT else -1
-        end = len(text) if end < 0 else end
-        tree = LexborHTMLParser(text[start:end], options=_NO_EVENTS)
+    while start < len(doc):
+        end = doc.find(b"<", start + SEGMENT) if len(doc) - start > SEGMENT else -1
+        end = len(doc) if end < 0 else end
+        piece_base, hrefs = _page_hrefs(doc[start:end], page_url, normalizer, follow_images,
+                                        tree)
         if start == 0:
-            base = _base(tree, page_url, normalizer)
-        hrefs = _hrefs(tree, follow_images, normalizer.max_length, on_too_long)
-        del tree  # before the next piece is parsed
+            base = piece_base
+        hrefs = _without_fragments(_drop_too_long(hrefs, normalizer.max_length, on_too_long))
         found, left = normalizer.resolve_upto(base, hrefs, max(max_links - len(links), 0))
         links.update(dict.fromkeys(found))
         dropped += left
@@ -113,13 +159,17 @@ def _extract_large(
     return list(links), dropped
 
 
-def _decode(body: bytes) -> str:
-    """The text of a page as `html_for_links` hands it over: UTF-8 (with or without a BOM),
-    or in the charset its own BOM or early `<meta charset>` names; invalid bytes as U+FFFD."""
-    codec = "utf-8"
+def _codec(body: bytes) -> str:
+    """The Python codec lexbor reads a page with: its BOM's, else its `<meta>` declaration's
+    in the first 1024 bytes (the HTML Standard's prescan), else UTF-8."""
+    detect = _lexbor_codec()
+    if detect is not None:
+        return detect(body)
+    # the same rules, for a selectolax without its detection function
     if body.startswith((b"\xff\xfe", b"\xfe\xff")):
-        codec = "utf-16"
-    elif not body.startswith(b"\xef\xbb\xbf"):
+        return "utf-16-le" if body[0] == 0xFF else "utf-16-be"
+    codec = "utf-8"
+    if not body.startswith(UTF8_BOM):
         m = _META_CHARSET.search(body, 0, 1024)
         if m is not None:
             label = m.group(1).decode("ascii", "replace").lower()
@@ -127,34 +177,27 @@ def _decode(body: bytes) -> str:
                 codec = "cp1252" if label in _AS_CP1252 else codecs.lookup(label).name
             if codec.startswith("utf-16"):  # WHATWG: a declared UTF-16 in ASCII bytes is UTF-8
                 codec = "utf-8"
-    return body.decode(codec, "replace").removeprefix("\ufeff")
+    return codec
 
 
-def _base(tree: LexborHTMLParser, page_url: str, normalizer: Normalizer) -> str:
-    """The URL the page's relative links resolve against: its first `<base href>`, if any."""
-    for node in tree.tags("base"):
-        value = node.attrs.get("href")
-        if value is not None:  # only the first <base href> counts, wherever it is
-            # A <base> that fails to resolve (or is not http/https) is ignored rather than
-            # making every relative link on the page unreachable.
-            href = value.strip(_ASCII_WHITESPACE)
-            return (normalizer.resolve(page_url, href) or page_url) if href else page_url
-    return page_url
+def _resolved_base(href: str | None, page_url: str, normalizer: Normalizer) -> str:
+    """The URL the page's relative links resolve against, given its first `<base href>`'s
+    value (None: no <base href>)."""
+    if href is None:
+        return page_url
+    # A <base> that fails to resolve (or is not http/https) is ignored rather than making
+    # every relative link on the page unreachable.
+    href = href.strip(_ASCII_WHITESPACE)
+    return (normalizer.resolve(page_url, href) or page_url) if href else page_url
 
 
-def _hrefs(tree: LexborHTMLParser, follow_images: bool, max_length: int,
-           on_too_long: Callable[[int], None] | None) -> list[str]:
-    """The tree's hrefs by kind of element, those over `max_length` counted and left out."""
-    hrefs: list[str] = []
-    for tag, attr in _LINK_TAGS:
-        _collect(tree, tag, attr, hrefs)
-    _collect_nav(tree, hrefs)
-    if follow_images:
-        for tag, attr in _IMAGE_TAGS:
-            _collect(tree, tag, attr, hrefs)
-    # The normalizer refuses a URL over its max_length; an href already that long can only
-    # resolve to such a URL (bar absurd dot-segments): counted here as the trap it is, rather
-    # than vanishing without a count.
+def _drop_too_long(hrefs: list[str], max_length: int,
+                   on_too_long: Callable[[int], None] | None) -> list[str]:
+    """The hrefs, those over `max_length` counted and left out.
+
+    The normalizer refuses a URL over its max_length; an href already that long can only
+    resolve to such a URL (bar absurd dot-segments): counted here as the trap it is, rather
+    than vanishing without a count."""
     too_long = sum(len(href) > max_length for href in hrefs)
     if too_long:
         hrefs = [href for href in hrefs if len(href) <= max_length]
@@ -163,24 +206,63 @@ def _hrefs(tree: LexborHTMLParser, follow_images: bool, max_length: int,
     return hrefs
 
 
-def _collect(tree: LexborHTMLParser, tag: str, attr: str, hrefs: list[str]) -> None:
-    """The non-empty `attr` values of every `tag`, in document order, onto `hrefs`."""
-    for node in tree.tags(tag):
-        value = node.attrs.get(attr)
-        if value:
-            # Browsers strip ASCII whitespace around attribute URLs; empty means "this page".
-            value = value.strip(_ASCII_WHITESPACE)
-            if value:
-                hrefs.append(value)
+def _without_fragments(hrefs: list[str]) -> list[str]:
+    """The hrefs without their fragments, those that are only one (`#top`: this page, which
+    the normalizer drops) left out.
+
+    A canonical URL has no fragment, so `a.html#x` resolves to what `a.html` does; cut, the
+    many `a.html#x`, `a.html#y` of a documentation page are one entry of the normalizer's
+    cache, instead of a resolution each (`tests/test_extract.py` holds the two equal). Not
+    cut: an href whose part before the "#" ends in a space or control character, which the
+    URL parser would strip at the end of the input but keeps (escaped) before a fragment."""
+    return [_cut(href) if "#" in href else href for href in hrefs if href[0] != "#"]
 
 
-def _collect_nav(tree: LexborHTMLParser, hrefs: list[str]) -> None:
-    """The hrefs of `<link>`s whose rel names a navigation relation (NAV_RELS)."""
-    for node in tree.tags("link"):
-        attrs = node.attrs
-        rel = attrs.get("rel")
-        if not rel or NAV_RELS.isdisjoint(rel.lower().split()):
-            continue
-        value = (attrs.get("href") or "").strip(_ASCII_WHITESPACE)
-        if value:
-            hrefs.append(value)
+def _cut(href: str) -> str:
+    """An href without its fragment (`_without_fragments`)."""
+    head = href.partition("#")[0]
+    return head if head[-1] > " " else href
+
+
+@functools.cache
+def _lexbor() -> ModuleType:
+    """selectolax's lexbor module, imported at its first use: a crawl that meets no page
+    needing it (no <frameset>, nothing but ASCII) never pays its import."""
+    import selectolax.lexbor
+
+    return selectolax.lexbor
+
+
+def _lexbor_codec() -> Callable[[bytes], str] | None:
+    """selectolax's encoding detection (lexbor's prescan of <meta>), what its
+    `encoding=True` uses; None in a selectolax without it."""
+    return getattr(_lexbor(), "_encoding_codec", None)
+
+
+# --- lexbor's tree: for pages with a <frameset>, and as the scan's reference ---
+
+
+def _base(tree: LexborHTMLParser, page_url: str, normalizer: Normalizer) -> str:
+    """The base URL of a parsed page: its first `<base href>`, if any, wherever it is."""
+    for node in tree.tags("base"):
+        value = node.attrs.get("href")
+        if value is not None:
+            return _resolved_base(value, page_url, normalizer)
+    return page_url
+
+
+def _hrefs(tree: LexborHTMLParser, follow_images: bool) -> list[str]:
+    """The tree's hrefs by kind of element."""
+    hrefs: list[str] = []
+    for tag, attr in _LINK_TAGS:
+        hrefs += _stripped(node.attrs.get(attr) for node in tree.tags(tag))
+    hrefs += _stripped(node.attrs.get("href") for node in tree.tags("link")
+                       if _is_nav(node.attrs.get("rel")))
+    if follow_images:
+        hrefs += _stripped(node.attrs.get("src") for node in tree.tags("img"))
+    return hrefs
+
+
+def _is_nav(rel: str | None) -> bool:
+    """Whether a `<link>`'s rel names a navigation relation (NAV_RELS)."""
+    return rel is not None and not NAV_RELS.isdisjoint(rel.lower().split())

@@ -1,0 +1,30 @@
+"""Builds larbinpy's one C extension, the link scanner (`larbinpy/links/_tagscan.c`).
+
+Everything else about the package is in pyproject.toml. A machine without a C compiler (or
+without Python's headers) gets a message saying so at install time, not an error at run time.
+"""
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class BuildExt(build_ext):
+    """build_ext that names what is missing when the compiler cannot run."""
+
+    def run(self) -> None:
+        """Build, or stop with what to install."""
+        try:
+            super().run()
+        except Exception as exc:  # CCompilerError, DistutilsExecError, PlatformError...
+            raise SystemExit(
+                "larbinpy: could not build its C link scanner (larbinpy/links/_tagscan.c): "
+                f"{exc}\nIt needs a C compiler and Python's headers: on Debian, "
+                "`apt-get install gcc python3-dev`, then install larbinpy again."
+            ) from exc
+
+
+setup(
+    ext_modules=[Extension("larbinpy.links._tagscan", ["larbinpy/links/_tagscan.c"],
+                           extra_compile_args=["-O2"])],
+    cmdclass={"build_ext": BuildExt},
+)
