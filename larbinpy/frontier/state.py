@@ -12,8 +12,8 @@ Layout:
   is pushed and flushed there *before* its URL is marked seen, so these files are also the
   journal of everything accepted.
 - `spill/`: per-site queues beyond the in-memory window (`diskqueue.SiteSpill`).
-- `robots.jsonl`: the robots.txt verdicts learned (`robotsdb.FileVerdicts`), appended as
-  learned, compacted at checkpoints.
+- `robots.sqlite`: the robots.txt verdicts learned (`robotsdb.FileVerdicts`), one row a site,
+  written at the end of the loop turn that learned them, expired rows deleted at checkpoints.
 - `checkpoint`: the URLs seen so far (a count, for the figures), the read cursors of the
   FIFOs and spill files at the last checkpoint, plus the jobs that were in memory then (site
   windows, fetches in flight), with a line count and a CRC; written to a temporary file,
@@ -171,7 +171,7 @@ class StateDir:
 
     def robots_path(self) -> Path:
         """Path of the robots.txt verdicts file."""
-        return self.root / "robots.jsonl"
+        return self.root / "robots.sqlite"
 
     def load(self) -> Saved:
         """The last checkpoint (an empty Saved when there is none); a torn one is repaired."""
