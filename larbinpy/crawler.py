@@ -108,7 +108,8 @@ class Crawler:
         self.sites = Sites(self.stats, cfg.wait_duration, self.spill,
                            forward=never_forward if cluster is None else cluster.forward,
                            crawl_log=self.crawl_log)
-        self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call)
+        self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call,
+                                   cfg.max_sites_in_memory)
         self.admission: Admission = (
             LocalAdmission(self.frontier, self.seen, self.stats, self.sequencer.notify)
             if cluster is None else cluster.admission)
@@ -177,8 +178,10 @@ class Crawler:
         )
 
     def changed(self) -> None:
-        """A stage finished something: re-check whether the crawl is done."""
+        """A stage finished something: re-check whether the crawl is done (and whether the
+        sequencer, held back by maxSitesInMemory, may go on)."""
         self._changed.set()
+        self.sequencer.room()
 
     def _resolved(self, site: Site) -> None:
         """DNS answered for a site: a stored robots.txt verdict applies, then on to the
