@@ -97,7 +97,8 @@ class Reader:
         self.session: LazySession | None = None
         self.http1: Http1Client | None = None  # plain http:// without a proxy (http1.py)
         # a job a site asked us to retry (429/503) goes back to its site's queue
-        self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites.enqueue)
+        self.sites = sites
+        self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites)
         self.cookies = CookieJar() if cfg.cookies else None
         self.parser = parser  # 2xx pages go on to it (links, outputs)
         self.crawl_log = crawl_log  # each job's final line
@@ -131,7 +132,7 @@ class Reader:
             await asyncio.sleep(0)
         if not self.outputs.ready:  # storage full or a slow hook: back-pressure, not memory
             await self.outputs.wait_ready()
-        site.pages += 1
+        self.sites.count_page(site)
         ex = Exchange(time.monotonic())
         kind = await self._request(site, job, ex)
         self.stats.count(kind)
