@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from collections import Counter
+from pathlib import Path
 
-from conftest import html
+import pytest
+from conftest import html, until
 
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
-from larbinpy.demo import Site
+from larbinpy.demo import DnsServer, Site
 
 SITES = 40
+PEAK_MB = 150  # a crawler reading a seed file: its imports, caches and one batch
+SUBMIT_PEAK_MB = 60  # `larbinpy submit`: one request's URLs at a time
 
 
 def many_sites() -> list[Site]:
@@ -38,3 +48,94 @@ async def test_max_sites_in_memory_bounds_the_sites_with_work_and_the_crawl_stil
     assert set(fetched) == {tw.url(f"s{i}.test", p) for i in range(SITES) for p in ("/", "/p.html")}
     assert all(n == 1 for n in fetched.values()), fetched
     assert max(busy) <= 3 and len(busy) == 2 * SITES
+
+
+def seed_lines(n: int, bad: dict[int, str]) -> str:
+    """n lines of seeds for one host, line k (1-based) replaced by bad[k]."""
+    return "".join(bad.get(k, f"http://seed.test/p{k}.html") + "\n" for k in range(1, n + 1))
+
+
+# Runs a command and prints its peak RSS (kB) as its last line of stderr. A small process of its
+# own forks it: the kernel's peak for a child starts from its parent's size at the fork (it
+# survives exec), so a child of the test process would inherit the test's. SIGTERM is passed on.
+PEAK = ("import resource, signal, subprocess, sys; p = subprocess.Popen(sys.argv[1:]); "
+        "signal.signal(signal.SIGTERM, lambda *_: p.terminate()); code = p.wait(); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+        "sys.exit(code)")
+
+
+def child(cmd: list[str], log: Path, cwd: Path, stdin: Path | None = None) -> subprocess.Popen:
+    """A larbinpy process, its stderr into `log` (with its peak RSS last, see PEAK)."""
+    with open(log, "wb") as err, open(stdin or os.devnull, "rb") as inp:
+        return subprocess.Popen([sys.executable, "-c", PEAK, sys.executable, "-m", "larbinpy",
+                                 *cmd], stdin=inp, stdout=subprocess.DEVNULL, stderr=err,
+                                cwd=cwd)
+
+
+async def ended(proc: subprocess.Popen, log: Path) -> tuple[int, float]:
+    """Wait for the process: (exit code, its peak RSS in MB)."""
+    code = await asyncio.to_thread(proc.wait, 120)
+    return code, int(log.read_text().splitlines()[-1]) / 1024
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+LINES = [100_000, pytest.param(1_000_000, marks=pytest.mark.slow)]
+BAD = {17: "not a url", 4242: "mailto:x@y.test", -1: "ftp://seed.test/x"}  # -1: the last line
+
+
+@pytest.mark.parametrize("n", LINES)
+async def test_a_huge_seed_file_is_streamed_in_bounded_memory_naming_its_bad_lines(
+        tmp_path: Path, n: int) -> None:
+    bad = {(n if k == -1 else k): v for k, v in BAD.items()}
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text(seed_lines(n, bad))
+    async with DnsServer({}, silent={"seed.test"}) as dns:  # no fetch: the seeds are the test
+        conf = tmp_path / "larbin.conf"
+        conf.write_text(f"stateDir {tmp_path}/state\nsaveDir {tmp_path}/save\n"
+                        f"dnsServers {dns.address}\nhttpPort 0\ninputPort 0\n"
+                        f"seedFile {seeds}\n")
+        log = tmp_path / "crawler.log"
+        proc = child(["-c", str(conf), "--scratch"], log, tmp_path)
+        started = time.monotonic()
+        await until(lambda: "new URLs" in log.read_text(), "the seed file read", timeout=120)
+        read_in = time.monotonic() - started
+        proc.send_signal(signal.SIGTERM)
+        code, peak_mb = await ended(proc, log)
+    text = log.read_text()
+    assert code == 0, text
+    assert f"seedFile {seeds} read ({n} lines): {n - len(bad)} new URLs" in text
+    for line, url in bad.items():
+        assert f"seedFile {seeds} line {line}: {url} refused:" in text
+    assert peak_mb < PEAK_MB, f"{peak_mb:.0f} MB for {n} seeds read in {read_in:.1f} s"
+
+
+@pytest.mark.parametrize("n", LINES)
+async def test_submit_streams_a_huge_list_from_stdin_naming_its_bad_lines(
+        tmp_path: Path, n: int) -> None:
+    bad = {(n if k == -1 else k): v for k, v in BAD.items()}
+    urls = tmp_path / "urls.txt"
+    urls.write_text(seed_lines(n, bad))
+    port = free_port()
+    async with DnsServer({}, silent={"seed.test"}) as dns:
+        conf = tmp_path / "larbin.conf"
+        conf.write_text(f"stateDir {tmp_path}/state\nsaveDir {tmp_path}/save\n"
+                        f"dnsServers {dns.address}\nhttpPort 0\ninputPort {port}\n")
+        crawler = child(["-c", str(conf), "--scratch"], tmp_path / "crawler.log", tmp_path)
+        await until(lambda: "input port (inputPort) on" in (tmp_path / "crawler.log").read_text(),
+                    "the crawler listening")
+        client_log = tmp_path / "submit.log"
+        client = child(["-c", str(conf), "submit", "-"], client_log, tmp_path, stdin=urls)
+        code, peak_mb = await ended(client, client_log)
+        crawler.send_signal(signal.SIGTERM)
+        assert (await ended(crawler, tmp_path / "crawler.log"))[0] == 0
+    text = client_log.read_text()
+    assert code == 1, text  # some were rejected
+    for line, url in bad.items():
+        assert f"rejected stdin line {line}: {url}:" in text
+    assert peak_mb < SUBMIT_PEAK_MB, f"the client peaked at {peak_mb:.0f} MB for {n} URLs"

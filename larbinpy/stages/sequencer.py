@@ -4,11 +4,11 @@ Each turn moves up to `perCall` jobs, highest priority first, then yields to the
 stages, so a flood of new URLs never starves DNS or the readers.
 
 It is also what bounds the site table of a broad crawl: while `maxSitesInMemory` sites have
-work (the table's records less its idle ones), it moves nothing, and the jobs wait on the FIFOs, on disk, until a site
-has finished (the crawler wakes it, `room`). A million seeds so make a million sites one
-`maxSitesInMemory` at a time, not a million records, DNS questions and queues at once. Every
-site with work finishes it (its fetches end, its politeness and back-off waits are bounded),
-so the wait always ends.
+work (the table's records less its idle ones), it moves nothing, and the jobs wait on the
+FIFOs, on disk, until a site has finished (the crawler wakes it, `room`). A million seeds so
+make a million sites one `maxSitesInMemory` at a time, not a million records, DNS questions
+and queues at once. Every site with work finishes it (its fetches end, its politeness and
+back-off waits are bounded), so the wait always ends.
 """
 
 from __future__ import annotations
