@@ -31,6 +31,7 @@ from larbinpy.frontier.crawllog import CrawlLog
 from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
 from larbinpy.frontier.robotsdb import FileVerdicts, VerdictStore
 from larbinpy.frontier.seen import BitmapSeenSet, open_seen_set
+from larbinpy.frontier.sitedb import SiteRecords
 from larbinpy.frontier.sites import Sites, never_forward
 from larbinpy.frontier.state import Position, StateDir, saved_meta
 from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
@@ -107,7 +108,8 @@ class Crawler:
         cluster = self.cluster
         self.sites = Sites(self.stats, cfg.wait_duration, self.spill,
                            forward=never_forward if cluster is None else cluster.forward,
-                           crawl_log=self.crawl_log)
+                           crawl_log=self.crawl_log,
+                           records=SiteRecords(self.state.sites_path()))
         self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call,
                                    cfg.max_sites_in_memory)
         self.admission: Admission = (
@@ -417,6 +419,8 @@ class Crawler:
         # after the queues: a URL is never durably seen before it is durably queued
         self.seen.flush()
         self.verdicts.compact()
+        if self.sites.records is not None:
+            self.sites.records.sync()
         if self.contents is not None:
             self.contents.flush()
         done = self.crawl_log.mark()  # jobs finishing from now on are not in this checkpoint
@@ -498,6 +502,8 @@ class Crawler:
         self.crawl_log.close()  # first: its last flush hands held pages to the outputs
         self.outputs.close()
         self.verdicts.close()
+        if self.sites.records is not None:
+            self.sites.records.close()
         self.seen.close()
         if self.contents is not None:
             self.contents.close()

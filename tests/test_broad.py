@@ -17,7 +17,13 @@ from conftest import html, until
 
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
-from larbinpy.demo import DnsServer, Site
+from larbinpy.demo import DnsServer, Page, Site
+from larbinpy.frontier import sites as sites_module
+from larbinpy.frontier.diskqueue import SiteSpill
+from larbinpy.frontier.sitedb import SiteRecords
+from larbinpy.frontier.sites import Sites
+from larbinpy.records import Job
+from larbinpy.stats import Stats
 
 SITES = 40
 PEAK_MB = 150  # a crawler reading a seed file: its imports, caches and one batch
@@ -139,3 +145,59 @@ async def test_submit_streams_a_huge_list_from_stdin_naming_its_bad_lines(
     for line, url in bad.items():
         assert f"rejected stdin line {line}: {url}:" in text
     assert peak_mb < SUBMIT_PEAK_MB, f"the client peaked at {peak_mb:.0f} MB for {n} URLs"
+
+
+async def test_kill_9_resumes_with_every_sites_clock_robots_verdict_and_page_count(make_web):
+    wait = 3.0  # longer than a restart takes: a clock forgotten would show as a shorter gap
+    sites = [Site(f"k{i}.test", f"127.0.0.{2 + i}", {
+        "/": html("/a.html", "/b.html", "/c.html"), "/a.html": html(), "/b.html": html(),
+        "/c.html": html(),
+        "/robots.txt": Page("User-agent: *\nDisallow: /c.html\n", content_type="text/plain"),
+    }) for i in range(6)]
+    tw = await make_web(sites)
+    seeds = "".join(f"startUrl {tw.url(s.host)}\n" for s in sites)
+    conf = tw.tmp / "larbin.conf"
+    conf.write_text(tw.config_text(f"exitAtEnd\nmaxPagesPerSite 2\n{seeds}").replace(
+        "waitDuration 0\n", f"waitDuration {wait}\n"))
+    run = [sys.executable, "-m", "larbinpy", "-c", str(conf), "-q"]
+    proc = await asyncio.create_subprocess_exec(*run, cwd=tw.tmp, stderr=subprocess.DEVNULL)
+    await until(lambda: len(tw.pages_fetched()) >= 8, "8 pages fetched")  # 2nd pages going
+    proc.send_signal(signal.SIGKILL)
+    await proc.wait()
+    proc = await asyncio.create_subprocess_exec(*run, cwd=tw.tmp, stderr=subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    for site in sites:
+        hits = sorted(h.start for h in tw.web.hits_for(site.host))
+        gaps = [b - a for a, b in zip(hits, hits[1:], strict=False)]
+        assert min(gaps) > wait - 0.2, (site.host, gaps)  # across the kill too
+        robots = [h for h in tw.web.hits_for(site.host) if h.path == "/robots.txt"]
+        assert len(robots) == 1  # its verdict survived
+        pages = {h.path for h in tw.web.hits_for(site.host) if h.path != "/robots.txt"}
+        assert len(pages) == 2 and "/c.html" not in pages  # maxPagesPerSite over both runs
+    refetched = len(tw.pages_fetched()) - len(set(tw.pages_fetched()))
+    assert refetched <= 6  # at most what was in flight: one fetch a site
+
+
+def test_a_forgotten_site_comes_back_with_its_clock_back_off_and_pages_from_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sites_module, "MAX_IDLE_SITES", 0)
+    records = SiteRecords(tmp_path / "sites.sqlite")
+    sites = Sites(Stats(), 5.0, SiteSpill(tmp_path / "spill"), records=records)
+    now = time.monotonic()
+    sites.enqueue(Job("http://a.test/", 1), now)
+    site = sites.by_key["http://a.test"]
+    sites.resolved(site, "10.0.0.1", robots_first=False)
+    sites.take(site)
+    sites.start_fetch(site)
+    sites.count_page(site)
+    sites.back_off(site, now + 60)  # a 429: nothing before a minute has passed
+    sites.end_fetch(site, now)
+    sites.rest(site)
+    assert sites.evict(now) == 1 and not sites.by_key  # forgotten, clock pending or not
+    assert sites.ips["10.0.0.1"].ready_at == now + 5.0  # its IP's clock stays until it passes
+    sites.enqueue(Job("http://a.test/again", 1), now + 1)
+    back = sites.by_key["http://a.test"]
+    assert (back.backoffs, back.pages) == (1, 1) and abs(back.ready_at - (now + 60)) < 0.01
+    assert sites.evict(now + 6) == 0 and "10.0.0.1" not in sites.ips  # the clock passed
+    records.close()

@@ -7,32 +7,33 @@ a wall-clock time (`time.time()`), so it means the same after a restart.
 
 `VerdictStore` is the seam the robots stage is given in `Crawler.__init__`:
 - `FileVerdicts` (the embedded crawl): an SQLite database, `stateDir/robots.sqlite`, one row a
-  site. A broad crawl meets millions of sites, so the verdicts live on disk and memory holds
-  only a bounded cache of the recent ones (`CACHE_VERDICTS`) and the verdicts of the loop turn
-  in progress: those are written in one transaction at the end of the turn (write-ahead log,
-  no fsync), which a `kill -9` cannot tear and loses at most the turn in progress; a
-  checkpoint makes them durable against power loss (fsync) and deletes the expired rows. The
-  `robots.jsonl` file of earlier versions is read into the database once, then removed.
+  site (`turndb.py`: written in one transaction at the end of the loop turn that learned them,
+  which a `kill -9` cannot tear and loses at most the turn in progress). A broad crawl meets
+  millions of sites, so memory holds only a bounded cache of the recent verdicts
+  (`CACHE_VERDICTS`); a checkpoint makes them durable against power loss and deletes the
+  expired rows. The `robots.jsonl` file of earlier versions is read in once, then removed.
 - a cluster node's store (`cluster/robots_shared.py`) puts Redis in front of it, so a site
   handed to another node takes its verdict along.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import sqlite3
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from larbinpy.frontier.turndb import TurnBatch, open_db, sync, transaction
+
 CACHE_VERDICTS = 4096  # verdicts kept in memory, the most recently used (None: known absent)
-DB_CACHE_KIB = 2048  # SQLite's page cache for the database, at most
 IMPORT_BATCH = 10_000  # verdicts a transaction when an old robots.jsonl is read in
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS verdicts (site TEXT PRIMARY KEY, expires REAL NOT NULL, body BLOB,
+    failures INTEGER NOT NULL, disallow INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS by_expiry ON verdicts (expires)
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,34 +95,26 @@ class VerdictStore(Protocol):
 class FileVerdicts:
     """Verdicts in an SQLite database with a bounded cache in front (see the module docstring).
 
-    Invariant: a verdict `put` in this loop turn is in `_pending` until the turn's commit, so
+    Invariant: a verdict `put` in this loop turn is in the turn's batch until its commit, so
     `get` finds it there first; after the commit it is in the database (and maybe the cache).
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._db = sqlite3.connect(path, isolation_level=None)  # transactions by hand
-        self._db.execute("PRAGMA journal_mode=WAL")  # a commit is an append: no fsync
-        self._db.execute("PRAGMA synchronous=NORMAL")  # fsync at WAL checkpoints only
-        self._db.execute(f"PRAGMA cache_size=-{DB_CACHE_KIB}")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS verdicts (site TEXT PRIMARY KEY, expires REAL NOT NULL,"
-            " body BLOB, failures INTEGER NOT NULL, disallow INTEGER NOT NULL) WITHOUT ROWID")
-        self._db.execute("CREATE INDEX IF NOT EXISTS by_expiry ON verdicts (expires)")
+        self._db = open_db(path, SCHEMA)
         self._cache: OrderedDict[str, Verdict | None] = OrderedDict()  # None: known absent
-        self._pending: dict[str, Verdict] = {}  # put this turn, committed at its end
-        self._commit_planned = False
+        self._batch: TurnBatch[Verdict] = TurnBatch(self._write)
         self._import_jsonl(path.with_name("robots.jsonl"))
 
     def __len__(self) -> int:
         """Verdicts on disk, expired ones not yet deleted included (a checkpoint deletes them)."""
-        self._commit()
+        self._batch.flush()
         count: int = self._db.execute("SELECT count(*) FROM verdicts").fetchone()[0]
         return count
 
     def get(self, key: str) -> Verdict | None:
         """The site's verdict if it has not expired."""
-        verdict = self._pending.get(key)
+        verdict = self._batch.pending.get(key)
         if verdict is None:
             if key in self._cache:
                 self._cache.move_to_end(key)
@@ -154,48 +147,26 @@ class FileVerdicts:
 
     def put(self, key: str, verdict: Verdict) -> None:
         """Remember it; its row is written at the end of this loop turn."""
-        self._pending[key] = verdict
         self._cache.pop(key, None)  # the pending verdict supersedes what was cached
-        if not self._commit_planned:
-            self._commit_planned = True
-            try:
-                asyncio.get_running_loop().call_soon(self._commit)
-            except RuntimeError:  # no loop (a tool, a test): now
-                self._commit()
+        self._batch.put(key, verdict)
 
-    def _commit(self) -> None:
-        """Write the turn's verdicts in one transaction: after it they survive a kill."""
-        self._commit_planned = False
-        if not self._pending:
-            return
-        rows = [(k, v.expires, v.body, v.failures, int(v.disallow))
-                for k, v in self._pending.items()]
-        with self._transaction():
+    def _write(self, verdicts: dict[str, Verdict]) -> None:
+        """A turn's verdicts in one transaction: after it they survive a kill."""
+        rows = [(k, v.expires, v.body, v.failures, int(v.disallow)) for k, v in verdicts.items()]
+        with transaction(self._db):
             self._db.executemany("INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?)", rows)
-        for key, verdict in self._pending.items():
+        for key, verdict in verdicts.items():
             self._remember(key, verdict)
-        self._pending.clear()
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """BEGIN ... COMMIT, rolled back on an error."""
-        self._db.execute("BEGIN")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
 
     def compact(self) -> None:
-        """Checkpoint: commit, delete the expired rows, and fsync (the WAL into the database)."""
-        self._commit()
+        """Checkpoint: commit, delete the expired rows, and fsync."""
+        self._batch.flush()
         now = time.time()
-        with self._transaction():
+        with transaction(self._db):
             self._db.execute("DELETE FROM verdicts WHERE expires <= ?", (now,))
         self._cache = OrderedDict((k, v) for k, v in self._cache.items()
                                   if v is None or v.expires > now)
-        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        sync(self._db)
 
     def _import_jsonl(self, old: Path) -> None:
         """The JSON-lines file of earlier versions: its live verdicts (the last line of each
@@ -207,15 +178,15 @@ class FileVerdicts:
             for line in f:
                 decoded = Verdict.decode(line)
                 if decoded is not None and decoded[1].expires > now:
-                    self._pending[decoded[0]] = decoded[1]
-                if len(self._pending) >= IMPORT_BATCH:
-                    self._commit()
-        self._commit()
+                    self._batch.pending[decoded[0]] = decoded[1]
+                if len(self._batch.pending) >= IMPORT_BATCH:
+                    self._batch.flush()
+        self._batch.flush()
         old.unlink()
 
     def close(self) -> None:
         """Commit and close the database."""
         try:
-            self._commit()
+            self._batch.flush()
         finally:
             self._db.close()
