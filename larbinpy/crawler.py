@@ -109,7 +109,8 @@ class Crawler:
         self.sites = Sites(self.stats, cfg.wait_duration, self.spill,
                            forward=never_forward if cluster is None else cluster.forward,
                            crawl_log=self.crawl_log,
-                           records=SiteRecords(self.state.sites_path()))
+                           records=SiteRecords(self.state.sites_path()),
+                           page_limit=cfg.max_pages_per_site)
         self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call,
                                    cfg.max_sites_in_memory)
         self.admission: Admission = (

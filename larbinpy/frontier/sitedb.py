@@ -37,13 +37,17 @@ class SiteRecord:
     pages: int
 
 
+def loop_now() -> float:
+    """The loop's clock (without a running loop, a tool's or a test's: the monotonic one)."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return time.monotonic()
+
+
 def loop_to_wall() -> float:
     """What to add to the loop's clock to get the wall clock's."""
-    try:
-        now = asyncio.get_running_loop().time()
-    except RuntimeError:  # no loop: the loop's clock is the monotonic one
-        now = time.monotonic()
-    return time.time() - now
+    return time.time() - loop_now()
 
 
 class SiteRecords:

@@ -35,7 +35,7 @@ from typing import Protocol
 
 from larbinpy.frontier.crawllog import CrawlLog
 from larbinpy.frontier.diskqueue import SiteSpill
-from larbinpy.frontier.sitedb import SiteRecord, SiteRecords, loop_to_wall
+from larbinpy.frontier.sitedb import SiteRecord, SiteRecords, loop_now, loop_to_wall
 from larbinpy.links.urls import host_of, site_key
 from larbinpy.records import IpSlot, Job, Site, SiteState
 from larbinpy.stats import Outcome, Stats, counted
@@ -71,9 +71,10 @@ class Sites:
 
     def __init__(self, stats: Stats, default_delay: float, spill: SiteSpill,
                  forward: Forward = never_forward, crawl_log: CrawlLog | None = None,
-                 records: SiteRecords | None = None) -> None:
+                 records: SiteRecords | None = None, page_limit: int = 0) -> None:
         self.stats = stats
         self.records = records  # what a forgotten site must not lose, on disk (None: nowhere)
+        self.page_limit = page_limit  # maxPagesPerSite: a site's page count matters when > 0
         self.crawl_log = crawl_log  # the final line of each job dropped here
         self.default_delay = default_delay  # waitDuration; robots.txt may raise it per site
         self.spill = spill
@@ -135,9 +136,12 @@ class Sites:
             site.backoffs, site.pages = saved.backoffs, saved.pages
         return site
 
-    def _record(self, site: Site) -> None:
-        """The site's clock, back-off or page count changed: its row on disk follows."""
-        if self.records is not None:
+    def _record(self, site: Site, now: float, changed: bool = False) -> None:
+        """The site's clock, back-off or page count changed: its row on disk follows, when it
+        says more than a new site's (a clock still to pass, a back-off, a counted page) or
+        `changed` from a row that did (a back-off over)."""
+        if self.records is not None and (changed or site.ready_at > now or site.backoffs
+                                         or self.page_limit):
             self.records.put(site.key, SiteRecord(site.ready_at + loop_to_wall(),
                                                   site.backoffs, site.pages))
 
@@ -324,7 +328,9 @@ class Sites:
 
     def answered(self, site: Site) -> None:
         """Any other answer: the site answers normally again, the next back-off starts over."""
-        site.backoffs = 0
+        if site.backoffs:
+            site.backoffs = 0
+            self._record(site, 0.0, changed=True)  # its row said otherwise
 
     def count_page(self, site: Site) -> None:
         """A page fetch of the site starts (what `maxPagesPerSite` counts)."""
@@ -396,6 +402,12 @@ class Sites:
         assert ip is not None
         site.in_flight += 1
         ip.in_flight += 1
+        if self.records is not None and site.delay > 0:
+            # on disk, the clock as if the fetch ended now: a restart after a kill waits for
+            # it, even if the kill took the fetch (and its end_fetch) with it
+            now = loop_now()
+            self.records.put(site.key, SiteRecord(max(site.ready_at, now + site.delay)
+                                                  + loop_to_wall(), site.backoffs, site.pages))
         return ip
 
     def end_fetch(self, site: Site, now: float) -> IpSlot:
@@ -407,7 +419,7 @@ class Sites:
         ip.in_flight -= 1
         site.ready_at = max(site.ready_at, now + site.delay)
         ip.ready_at = max(ip.ready_at, now + self.default_delay)
-        self._record(site)
+        self._record(site, now)
         return ip
 
     def jobs(self) -> Iterator[Job]:
