@@ -25,6 +25,7 @@ handed on at once, its politeness clock keyed by host name; `proxyDns local` res
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
 import weakref
@@ -76,6 +77,9 @@ class Dns:
         self.on_resolved = on_resolved
         self.cache: dict[str, tuple[float, list[str]]] = {}  # host -> (expires, ips; [] = failed)
         self.inflight: dict[str, asyncio.Future[list[str]]] = {}
+        # sites waiting for a query in flight, by host: one callback a host, not a future and
+        # closures a site (a broad crawl has maxSitesInMemory sites waiting at once)
+        self.waiting: dict[str, list[Site]] = {}
         self.queue: asyncio.Queue[str] = asyncio.Queue()
         self.waiting_sites = 0
         self._resolver: aiodns.DNSResolver | None = None
@@ -97,11 +101,21 @@ class Dns:
             self._via_proxy(site)
             return
         self.waiting_sites += 1
-        fut = self.lookup(site.host)
-        if fut.done():
-            self._resolved(site, fut)
-        else:
-            fut.add_done_callback(lambda f: self._resolved(site, f))
+        answer = self._shared(site.host)
+        if not isinstance(answer, asyncio.Future):
+            self._resolved(site, answer)
+            return
+        waiting = self.waiting.get(site.host)
+        if waiting is None:
+            waiting = self.waiting[site.host] = []
+            answer.add_done_callback(functools.partial(self._resolved_all, site.host))
+        waiting.append(site)
+
+    def _resolved_all(self, host: str, shared: asyncio.Future[list[str]]) -> None:
+        """The query of a host ended: every site waiting for it goes on."""
+        ips = [] if shared.cancelled() else shared.result()
+        for site in self.waiting.pop(host, ()):
+            self._resolved(site, ips)
 
     def _via_proxy(self, site: Site) -> None:
         """The proxy resolves this host: on to robots.txt (or ready) without a query."""
@@ -110,6 +124,16 @@ class Dns:
 
     def lookup(self, host: str) -> asyncio.Future[list[str]]:
         """Addresses of a host ([] if it failed): cached, shared in flight, or queued."""
+        answer = self._shared(host)
+        if isinstance(answer, asyncio.Future):
+            return _waiter(answer)
+        fut: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+        fut.set_result(answer)
+        return fut
+
+    def _shared(self, host: str) -> list[str] | asyncio.Future[list[str]]:
+        """A host's addresses when known now (a literal, the cache), else the query in
+        flight for it (queued when there was none)."""
         loop = asyncio.get_running_loop()
         literal = ip_literal(host)
         if literal and not self._family_ok(literal):
@@ -118,15 +142,13 @@ class Dns:
         else:
             hit = ([literal], None) if literal else self._cached(host, loop.time())
         if hit is not None:
-            fut: asyncio.Future[list[str]] = loop.create_future()
-            fut.set_result(hit[0])
-            return fut
+            return hit[0]
         shared = self.inflight.get(host)
         if shared is None:
             # registered before any await: every later caller shares this one query
             shared = self.inflight[host] = loop.create_future()
             self.queue.put_nowait(host)
-        return _waiter(shared)
+        return shared
 
     def _family_ok(self, ip: str) -> bool:
         """Is this address of a family `ipVersion` allows?"""
@@ -148,11 +170,10 @@ class Dns:
             return None
         return entry[1], None
 
-    def _resolved(self, site: Site, fut: asyncio.Future[list[str]]) -> None:
-        """Hand a site on once its host is known, or drop its jobs if it is not."""
+    def _resolved(self, site: Site, ips: list[str]) -> None:
+        """Hand a site on once its host is known (`ips`), or drop its jobs if it is not."""
         self.waiting_sites -= 1
         now = asyncio.get_running_loop().time()
-        ips = fut.result()
         allowed = [ip for ip in ips if self.policy.allowed(ip)]
         if not allowed:
             self.sites.kill(site, Outcome.deniedNetwork if ips else Outcome.noDNS,
