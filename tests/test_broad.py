@@ -27,7 +27,7 @@ from larbinpy.stats import Stats
 
 SITES = 40
 PEAK_MB = 150  # a crawler reading a seed file: its imports, caches and one batch
-SUBMIT_MORE_MB = 12  # `larbinpy submit` of many URLs beyond one: a request body (1 MiB) and its JSON
+SUBMIT_MORE_MB = 12  # `larbinpy submit` of many URLs beyond one: a 1 MiB request and its JSON
 
 
 def many_sites() -> list[Site]:
