@@ -239,11 +239,13 @@ def test_sites_serving_the_same_robots_txt_share_one_parsed_copy() -> None:
     assert other is not first
     assert not first.can_fetch("http://a.test/wp-admin/x", "larbinpy")
     assert other.can_fetch("http://b.test/wp-admin/x", "larbinpy")
-    big = b"User-agent: *\n" + b"Disallow: /x\n" * 400  # over MAX_BODY: parsed per site
-    assert shared.get(big) is not shared.get(big)
     for i in range(robots_stage.SharedRules.MAX_ENTRIES + 10):  # bounded however many files
         shared.get(b"User-agent: *\nDisallow: /%d/\n" % i)
     assert len(shared.parsed) <= robots_stage.SharedRules.MAX_ENTRIES
+    assert shared.get(default) is not first  # the least recently used went first
+    big = b"User-agent: *\n" + b"Disallow: /x\n" * (robots_stage.SharedRules.MAX_BYTES // 13)
+    assert shared.get(big) is shared.get(big) and list(shared.parsed) == [big]  # alone
+    assert shared.bytes == len(big)
 
 
 def test_the_verdict_store_keeps_bytes_drops_expired_verdicts_and_reads_an_old_file(

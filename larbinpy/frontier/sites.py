@@ -287,9 +287,11 @@ class Sites:
         self.drop(site, kind, note)
         self.rest(site)  # nothing left to do: its record may be forgotten in time
 
-    def robots_known(self, site: Site, rules: object, expires: float, delay: float) -> None:
-        """robots.txt's rules (None: allow all) hold until `expires`: the site is READY, its
-        robots.txt failures are forgotten, and `delay` spaces its fetches from now on."""
+    def robots_known(self, site: Site, rules: bytes | None, expires: float,
+                     delay: float) -> None:
+        """robots.txt's rules (its body; None: allow all) hold until `expires`: the site is
+        READY, its robots.txt failures are forgotten, and `delay` spaces its fetches from now
+        on."""
         site.robots = rules
         site.robots_expires = expires
         site.robots_failures = 0
