@@ -23,6 +23,7 @@ from larbinpy.frontier.diskqueue import SiteSpill
 from larbinpy.frontier.sitedb import SiteRecords
 from larbinpy.frontier.sites import Sites
 from larbinpy.records import Job
+from larbinpy.stages.dns import LoopResolver
 from larbinpy.stats import Stats
 
 SITES = 40
@@ -207,3 +208,17 @@ def test_a_forgotten_site_comes_back_with_its_clock_back_off_and_pages_from_disk
     assert (back.backoffs, back.pages) == (1, 1) and abs(back.ready_at - (now + 60)) < 0.01
     assert sites.evict(now + 6) == 0 and "10.0.0.1" not in sites.ips  # the clock passed
     records.close()
+
+
+async def test_c_ares_keeps_no_answers_of_its_own() -> None:
+    """The DNS stage has its own bounded cache; c-ares's would hold every answer for its TTL
+    (1.3 kB each: hundreds of MB in a broad crawl). A changed answer shows it asked again."""
+    async with DnsServer({"moved.test": ["127.0.0.2"]}, ttl=3600) as dns:
+        resolver = LoopResolver(nameservers=[dns.address], timeout=2, tries=2)
+        first = await resolver.query_dns("moved.test", "A")
+        dns.set("moved.test", ["127.0.0.3"])
+        second = await resolver.query_dns("moved.test", "A")
+        await resolver.close()
+    assert [r.data.addr for r in first.answer] == ["127.0.0.2"]
+    assert [r.data.addr for r in second.answer] == ["127.0.0.3"]
+    assert dns.queries[("moved.test", "A")] == 2

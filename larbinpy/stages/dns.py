@@ -266,6 +266,11 @@ class LoopResolver(aiodns.DNSResolver):
     c-ares's sockets on the loop (aiodns 3's way, and larbin's: one thread), is what this
     channel is. What it gives up: c-ares rereads /etc/resolv.conf on a change only with its
     thread; a long crawl reads it at start (`dnsServers` names servers explicitly).
+
+    c-ares's own query cache is off: this stage has its cache (bounded, `MAX_CACHE`), and
+    c-ares's keeps every answer for its TTL, about 1.3 kB each, which a broad crawl meeting a
+    thousand hosts a second would grow to hundreds of MB (docs/benchmarks.md, "Broad crawls").
+    pycares 5 has no parameter for it, so the channel is made with `_NoQueryCache`.
     """
 
     def _make_channel(self, **kwargs: Any) -> tuple[bool, pycares.Channel]:
@@ -277,4 +282,32 @@ class LoopResolver(aiodns.DNSResolver):
             if this is not None:
                 this._sock_state_cb(fd, readable, writable)
 
-        return False, pycares.Channel(sock_state_cb=sock_state, timeout=self._timeout, **kwargs)
+        module = vars(pycares)
+        lib = module["_lib"]
+        module["_lib"] = _NoQueryCache(lib)  # what Channel() calls, for this call only
+        try:
+            channel = pycares.Channel(sock_state_cb=sock_state, timeout=self._timeout, **kwargs)
+        finally:
+            module["_lib"] = lib
+        return False, channel
+
+
+ARES_OPT_QUERY_CACHE = 1 << 21  # ares.h (c-ares >= 1.23); pycares 5 does not export it
+
+
+class _NoQueryCache:
+    """pycares's C library as `pycares.Channel()` sees it while it makes a channel: the same,
+    but `ares_init_options` turns c-ares's query cache off (`qcache_max_ttl` 0)."""
+
+    def __init__(self, lib: Any) -> None:
+        self._lib = lib
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything else is the library's."""
+        return getattr(self._lib, name)
+
+    def ares_init_options(self, channel: Any, options: Any, optmask: int) -> int:
+        """c-ares's channel init, with the query cache option set to off."""
+        options.qcache_max_ttl = 0
+        code: int = self._lib.ares_init_options(channel, options, optmask | ARES_OPT_QUERY_CACHE)
+        return code
