@@ -42,7 +42,7 @@ from larbinpy.records import Site
 from larbinpy.stats import Outcome, Stats
 
 log = logging.getLogger("larbinpy.dns")
-MAX_CACHE = 200_000  # hosts whose answer is kept
+MAX_CACHE = 50_000  # hosts whose answer is kept (~300 bytes each), beyond the sites in memory
 TTL_FLOOR = 60.0  # a TTL of 0 must not mean one query per fetch
 TTL_CEILING = 6 * 3600.0  # a long crawl should notice a host that moved
 NEGATIVE_TTL = 300.0  # how long a failed host stays failed
