@@ -113,6 +113,7 @@ class Sites:
                 if self.crawl_log is not None:
                     self.crawl_log.record(job, site.dead_reason, note=site.dead_note)
                 return
+            self.idle.pop(key, None)  # busy again: the sequencer's budget counts it
             self._store(site, job)
             self.on_new_site(site)  # negative cache expired: try DNS again
             return
