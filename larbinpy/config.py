@@ -510,6 +510,13 @@ class Config:
         100, "perCall", "URLs the sequencer moves from the priority queues per turn",
         parse=parse_int, bounds=(1, None),
     )
+    max_sites_in_memory: int = key(
+        20_000, "maxSitesInMemory", "sites with work held in memory at once: while this many "
+        "have work, the jobs of other sites wait on the priority queues on disk, so a broad "
+        "crawl's memory is bounded by it (about 3 kB a site). With waitDuration W and "
+        "connectionsPerHost 1 it caps the crawl at maxSitesInMemory / W pages a second",
+        parse=parse_int, bounds=(1, None),
+    )
     exit_at_end: bool = key(
         False, "exitAtEnd", "exit once nothing is queued or in flight (larbin EXIT_AT_END); "
         "without it larbinpy is a daemon waiting for more URLs", kind="flag",

@@ -35,6 +35,7 @@ from larbinpy.frontier.crawllog import CrawlLog
 from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
 from larbinpy.frontier.robotsdb import FileVerdicts
 from larbinpy.frontier.seen import BitmapSeenSet, open_seen_set
+from larbinpy.frontier.sitedb import SiteRecords
 from larbinpy.frontier.sites import Sites
 from larbinpy.frontier.state import Position, StateDir, saved_meta
 from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
@@ -88,8 +89,10 @@ class Crawler:
         # the seams, chosen once: the embedded defaults, or a cluster node's (node.py)
         self.node: Node = node_type(cfg, self.seen, self.frontier, self.stats)
         self.sites = Sites(self.stats, cfg.wait_duration, self.spill, self.node.forward,
-                           crawl_log=self.crawl_log)
-        self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call)
+                           crawl_log=self.crawl_log, records=SiteRecords(self.state.sites_path()),
+                           page_limit=cfg.max_pages_per_site)
+        self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call,
+                                   cfg.max_sites_in_memory)
         self.input = Input(cfg, self.normalizer, self.seen, self.frontier, self.stats,
                            self.node.admission, self.sequencer.notify)
         policy = NetworkPolicy(cfg.allow_networks)  # one for DNS and robots.txt redirects
@@ -184,8 +187,10 @@ class Crawler:
         )
 
     def changed(self) -> None:
-        """A stage finished something: re-check whether the crawl is done."""
+        """A stage finished something: re-check whether the crawl is done (and whether the
+        sequencer, held back by maxSitesInMemory, may go on)."""
         self._changed.set()
+        self.sequencer.room()
 
     def _resolved(self, site: Site) -> None:
         """DNS answered for a site: a stored robots.txt verdict applies, then on to the
@@ -307,19 +312,36 @@ class Crawler:
             for depth, group in itertools.groupby(self.cfg.start_urls, key=lambda s: s.depth):
                 self._submit_seeds([s.url for s in group], depth)
             if self.cfg.seed_file:
-                for batch in _batches(_read_lines(self.cfg.seed_file), SEED_BATCH):
-                    self._submit_seeds(batch, self.cfg.depth_in_site)
-                    await asyncio.sleep(0)  # a huge seed file must not stall the crawl
+                await self._load_seed_file(self.cfg.seed_file)
         finally:
             self.loading -= 1
             self.changed()
 
-    def _submit_seeds(self, urls: list[str], depth: int) -> None:
-        """Submit seeds; a refused seed is logged (a duplicate is normal on resume)."""
+    async def _load_seed_file(self, path: str) -> None:
+        """seedFile, streamed: SEED_BATCH lines at a time, a loop turn between batches (memory
+        holds one batch, and the crawl runs while a file of millions of lines is read); a
+        refused line is logged with its number."""
+        lines = accepted = 0
+        for batch in _batches(_read_lines(path), SEED_BATCH):
+            accepted += self._submit_seeds([url for _, url in batch], self.cfg.depth_in_site,
+                                           where=(path, {url: n for n, url in reversed(batch)}))
+            lines = batch[-1][0]
+            await asyncio.sleep(0)  # a huge seed file must not stall the crawl
+        log.info("seedFile %s read (%d lines): %s", path, lines, counted(accepted, "new URL"))
+
+    def _submit_seeds(self, urls: list[str], depth: int,
+                      where: tuple[str, dict[str, int]] | None = None) -> int:
+        """Submit seeds; a refused seed is logged (a duplicate is normal on resume), with its
+        file and line number when `where` gives them (file, URL -> line); how many were new."""
         result = self.input.submit(urls, depth=depth)
         for url, reason in result.rejected:
             level = logging.DEBUG if reason.startswith("duplicate") else logging.WARNING
-            log.log(level, "seed %s refused: %s", url, reason)
+            if where is None:
+                log.log(level, "seed %s refused: %s", url, reason)
+            else:
+                log.log(level, "seedFile %s line %d: %s refused: %s", where[0],
+                        where[1].get(url, 0), url, reason)
+        return result.accepted
 
     async def _wait_until_done(self) -> None:
         """Wake on every change; stop when asked, or when idle with exitAtEnd."""
@@ -397,6 +419,8 @@ class Crawler:
         # after the queues: a URL is never durably seen before it is durably queued
         self.seen.flush()
         self.verdicts.compact()
+        if self.sites.records is not None:
+            self.sites.records.sync()
         if self.contents is not None:
             self.contents.flush()
         done = self.crawl_log.mark()  # jobs finishing from now on are not in this checkpoint
@@ -478,6 +502,8 @@ class Crawler:
         self.crawl_log.close()  # first: its last flush hands held pages to the outputs
         self.outputs.close()
         self.verdicts.close()
+        if self.sites.records is not None:
+            self.sites.records.close()
         self.seen.close()
         if self.contents is not None:
             self.contents.close()
@@ -565,16 +591,16 @@ def reopen_logs() -> None:
     log.info("log files reopened")
 
 
-def _read_lines(path: str) -> Iterator[str]:
-    """Non-empty, non-comment lines of a seed file."""
+def _read_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, URL) of each non-empty, non-comment line of a seed file."""
     with open(Path(path), encoding="utf-8", errors="replace") as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             line = line.strip()
             if line and not line.startswith("#"):
-                yield line
+                yield number, line
 
 
-def _batches(items: Iterator[str], size: int) -> Iterator[list[str]]:
+def _batches(items: Iterator[tuple[int, str]], size: int) -> Iterator[list[tuple[int, str]]]:
     """Consecutive lists of `size` items."""
     while batch := list(itertools.islice(items, size)):
         yield batch

@@ -142,7 +142,7 @@ class Site:
     # counted for the URLs that arrive while the site is dead
     dead_reason: Outcome = Outcome.noDNS
     dead_note: str | None = None  # why, in words, for the crawl log ("robots.txt answered 503")
-    robots: Any = None  # a Protego parser, or None for "allow all"
+    robots: bytes | None = None  # the robots.txt to obey (parsed when used), None: allow all
     robots_expires: float = 0.0  # 0: robots.txt still to fetch before any page
     robots_failures: int = 0
     delay: float = 0.0  # seconds between fetches: max(waitDuration, Crawl-delay)

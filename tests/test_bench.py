@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 
 from conftest import bench_json
 
@@ -63,11 +64,14 @@ def test_steady_rate_counts_pages_after_each_sites_first() -> None:
     assert steady_pages_per_s(starts) == 3.0
 
 
-def test_bench_serves_pages_of_the_size_and_links_asked_for() -> None:
+def test_bench_serves_pages_of_the_size_and_links_asked_for(tmp_path: Path) -> None:
     """--links 1: a page links only to the next one (a host's last page to a random one), so
-    at most one link per host is a duplicate; the report says which web it measured."""
+    at most one link per host is a duplicate; the report says which web it measured. A --dir
+    that does not exist yet is made."""
+    where = tmp_path / "not" / "yet"
     result = bench_json("--hosts", "2", "--pages", "6", "--links", "1", "--page-bytes", "3000",
-                        "--no-floor", "--output", "none")
+                        "--no-floor", "--output", "none", "--dir", str(where))
+    assert result["dir"] == str(where) and where.is_dir()
     assert result["crawl"]["pages"] == 12
     assert result["outcomes"].get("urlDup", 0) <= 2  # 40 links a page: ~30 duplicates each
     assert 2000 < result["crawl"]["body_bytes"] / 12 < 4500  # ~3,000 bytes a page, not 15,000

@@ -25,7 +25,7 @@ from larbinpy.net.docmemory import DocumentMemory
 from larbinpy.net.policy import NetworkPolicy
 from larbinpy.records import Site
 from larbinpy.stages.dns import Dns
-from larbinpy.stages.robots import Robots, parse_rules
+from larbinpy.stages.robots import Robots
 from larbinpy.stats import Stats
 
 FOO = "user-agent: FooBot\ndisallow: /\n"
@@ -235,7 +235,7 @@ def larbinpy_fetches(robots_txt: str, agent: str, url: str) -> bool:
     assert canonical is not None, url
     site = Site("http://foo.bar", "foo.bar")
     # surrogate escapes stand for raw bytes (partial BOMs), as a server would send them
-    site.robots = parse_rules(robots_txt.encode("utf-8", "surrogateescape"))
+    site.robots = robots_txt.encode("utf-8", "surrogateescape")
     return robots.allowed(site, canonical)
 
 

@@ -3,8 +3,6 @@ per-IP politeness clock keyed by /64."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from conftest import html
 from modernweb import ipv6_loopback
@@ -104,15 +102,12 @@ async def test_the_dns_stage_gives_one_clock_to_a_slash_64():
     cfg = parse_config("allowNetworks 2001:db8::/32 end\n")
     sites = Sites(Stats(), 0.0, spill=None)  # type: ignore[arg-type]
     dns = Dns(cfg, Stats(), sites, NetworkPolicy(cfg.allow_networks), lambda s: None)
-    loop = asyncio.get_running_loop()
     records = {}
     for host, ip in (("a.test", "2001:db8:0:1::a"), ("b.test", "2001:db8:0:1::b"),
                      ("c.test", "2001:db8:0:2::c")):
         site = SiteRecord(f"http://{host}", host)
-        fut = loop.create_future()
-        fut.set_result([ip])
         dns.waiting_sites += 1
-        dns._resolved(site, fut)
+        dns._resolved(site, [ip])
         records[host] = site
     assert records["a.test"].ip is records["b.test"].ip
     assert records["a.test"].ip is not records["c.test"].ip

@@ -206,7 +206,7 @@ async def test_submit_command_reports_accepted_and_rejected(make_web):
             subprocess.run, cmd, capture_output=True, text=True, timeout=30)
         assert result.returncode == 1  # one of the two was rejected
         assert "accepted 1, rejected 1" in result.stdout
-        assert "mailto:x@y" in result.stderr
+        assert "rejected argument 2: mailto:x@y:" in result.stderr  # named by its place
         status = await wait_idle(client, status_url)
         assert status["outcomes"]["success"] == 3
 

@@ -24,7 +24,8 @@ from larbinpy.crawler import Crawler
 from larbinpy.daemon.status import snapshot
 from larbinpy.daemon.statuspage import render_html
 from larbinpy.demo import DnsServer, LocalWeb, Page, Site, redirect
-from larbinpy.frontier.robotsdb import COMPACT_SLACK, FileVerdicts, Verdict
+from larbinpy.frontier import robotsdb
+from larbinpy.frontier.robotsdb import FileVerdicts, Verdict
 from larbinpy.stages import robots as robots_stage
 
 
@@ -238,34 +239,57 @@ def test_sites_serving_the_same_robots_txt_share_one_parsed_copy() -> None:
     assert other is not first
     assert not first.can_fetch("http://a.test/wp-admin/x", "larbinpy")
     assert other.can_fetch("http://b.test/wp-admin/x", "larbinpy")
-    big = b"User-agent: *\n" + b"Disallow: /x\n" * 400  # over MAX_BODY: parsed per site
-    assert shared.get(big) is not shared.get(big)
     for i in range(robots_stage.SharedRules.MAX_ENTRIES + 10):  # bounded however many files
         shared.get(b"User-agent: *\nDisallow: /%d/\n" % i)
     assert len(shared.parsed) <= robots_stage.SharedRules.MAX_ENTRIES
+    assert shared.get(default) is not first  # the least recently used went first
+    big = b"User-agent: *\n" + b"Disallow: /x\n" * (robots_stage.SharedRules.MAX_BYTES // 13)
+    assert shared.get(big) is shared.get(big) and list(shared.parsed) == [big]  # alone
+    assert shared.bytes == len(big)
 
 
-def test_the_verdict_file_drops_expired_and_superseded_verdicts_and_survives_a_torn_line(
+def test_the_verdict_store_keeps_bytes_drops_expired_verdicts_and_reads_an_old_file(
         tmp_path: Path) -> None:
-    path = tmp_path / "robots.jsonl"
-    store = FileVerdicts(path)
+    path = tmp_path / "robots.sqlite"
     now = time.time()
+    old = tmp_path / "robots.jsonl"  # an earlier version's file, cut by a kill
+    old.write_text(Verdict(now + 3600, b"User-agent: *\n").encode("http://old.test")
+                   + '{"site": "http://d.test", "expi')
+    store = FileVerdicts(path)
+    assert not old.exists() and store.get("http://old.test") == Verdict(now + 3600,
+                                                                       b"User-agent: *\n")
     body = b"User-agent: *\nDisallow: /\xff\xfe/\n"  # not UTF-8: kept byte for byte
     store.put("http://a.test", Verdict(now + 3600, body))
     store.put("http://gone.test", Verdict(now - 1, None))  # already expired
-    for n in range(1, 2 * COMPACT_SLACK):  # one site's failures, superseding each other
+    for n in range(1, 50):  # one site's failures, superseding each other
         store.put("http://b.test", Verdict(now + 3600, failures=n))
     store.put("http://c.test", Verdict(now + 3600, disallow=True))
+    assert store.get("http://b.test").failures == 49 and store.get("http://gone.test") is None
     store.compact()
+    assert len(store) == 4  # one row a site, the expired one deleted
     store.close()
-    assert len(path.read_text().splitlines()) == 3  # bounded: one live verdict per site
-    with open(path, "a") as f:
-        f.write('{"site": "http://d.test", "expi')  # a kill in the middle of a line
     again = FileVerdicts(path)
     assert again.get("http://a.test") == Verdict(now + 3600, body)
-    assert again.get("http://b.test").failures == 2 * COMPACT_SLACK - 1
+    assert again.get("http://b.test").failures == 49
     assert again.get("http://c.test").disallow
     assert again.get("http://gone.test") is None and again.get("http://d.test") is None
-    again.put("http://e.test", Verdict(now + 3600))
     again.close()
-    assert FileVerdicts(path).get("http://e.test") == Verdict(now + 3600)  # not glued on
+
+
+def test_the_verdict_store_holds_many_sites_on_disk_with_a_bounded_cache(tmp_path: Path) -> None:
+    store = FileVerdicts(tmp_path / "robots.sqlite")
+    now = time.time()
+    sites = 3 * robotsdb.CACHE_VERDICTS
+
+    async def learn() -> None:  # on a loop, as in a crawl: one transaction a loop turn
+        for i in range(sites):
+            store.put(f"http://h{i}.test", Verdict(now + 3600, failures=i % 3))
+            if i % 100 == 99:
+                await asyncio.sleep(0)
+
+    asyncio.run(learn())
+    for i in range(sites):  # and as many unknown sites asked about
+        assert store.get(f"http://h{i}.test").failures == i % 3
+        assert store.get(f"http://unknown{i}.test") is None
+    assert len(store._cache) <= robotsdb.CACHE_VERDICTS and len(store) == sites
+    store.close()

@@ -13,7 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-READY_TIMEOUT = 30.0
+READY_TIMEOUT = 30.0  # seconds for the synthetic web to listen, plus READY_PER_HOST a host
+READY_PER_HOST = 1e-4  # building a million hosts' records takes a minute on a loaded machine
 STOP_TIMEOUT = 5.0
 # larbin's one-function bitmap, as configured by default: n URLs lose about n^2 / (2 * bits)
 # to false positives (a warning says so when it happens). A larger bitmap would cost RSS (every
@@ -59,7 +60,8 @@ class SynthServer:
     def _wait_ready(self) -> None:
         """Poll the ready file for `HTTP_PORT DNS_PORT`, bounded by READY_TIMEOUT."""
         assert self.proc is not None
-        deadline = time.monotonic() + READY_TIMEOUT
+        wait = READY_TIMEOUT + READY_PER_HOST * self.hosts
+        deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"synthetic web exited with code {self.proc.returncode}")
@@ -68,7 +70,7 @@ class SynthServer:
                 self.http_port, self.dns_port = int(http_port), int(dns_port)
                 return
             time.sleep(0.05)
-        raise RuntimeError(f"synthetic web not ready after {READY_TIMEOUT:.0f} s")
+        raise RuntimeError(f"synthetic web not ready after {wait:.0f} s")
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not exit within STOP_TIMEOUT."""

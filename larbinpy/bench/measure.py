@@ -351,8 +351,8 @@ def parser() -> argparse.ArgumentParser:
                    default="save")
     p.add_argument("--dir", default=None,
                    help="where the crawl's saveDir and stateDir go (a temporary folder made "
-                        "there, removed after) [/dev/shm if it has room, else the system's "
-                        "temporary directory]")
+                        "there, removed after; made if missing) [/dev/shm if it has room, "
+                        "else the system's temporary directory]")
     p.add_argument("--http1-floor", action="store_true",
                    help="also measure the bare fetch loop with the crawler's own plain-HTTP "
                         "client (http1.py) instead of aiohttp's session")
@@ -695,6 +695,8 @@ def run_and_report(
 ) -> int:
     """Measure in a temporary folder, print the report (or JSON); 1 if the measure fails."""
     where = args.dir if args.dir is not None else default_dir()
+    if where is not None:
+        Path(where).mkdir(parents=True, exist_ok=True)  # a --dir that does not exist yet
     with tempfile.TemporaryDirectory(prefix="larbinpy-bench-", dir=where) as tmp:
         try:
             result = measure(args, Path(tmp))

@@ -2,7 +2,9 @@
 
 It reads the crawler's larbin.conf (`-c`, else ./larbin.conf when there is one) for the input
 port, the address and the token, and splits a long list into requests within the crawler's
-`inputMaxUrls` and `inputMaxBody`. The token may come from the environment (LARBINPY_TOKEN) so
+`inputMaxUrls` and `inputMaxBody`, sent as they are read (`-`: stdin, streamed), so a list
+of millions costs the memory of one request; a rejected URL is named with its line of stdin
+(or its argument). The token may come from the environment (LARBINPY_TOKEN) so
 that it is not on the command line, where `ps` shows it.
 
 Exit code 0 when every URL was accepted, 1 when some were rejected or the crawler could not
@@ -17,7 +19,7 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,28 +85,32 @@ def _from_config(cfg: Config) -> Target:
                   cfg.input_max_body, off)
 
 
-def collect_urls(args: Sequence[str]) -> list[str]:
-    """The URLs named on the command line, with '-' replaced by stdin's lines."""
-    urls: list[str] = []
-    for a in args:
-        if a == "-":
-            urls.extend(line.strip() for line in sys.stdin if line.strip())
-        else:
-            urls.append(a)
-    return urls
+def given_urls(args: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """(where, URL) of each URL named on the command line, '-' standing for stdin's lines,
+    read as they are sent (a list of millions is never held whole); `where` names the line
+    or the argument, for the rejected ones."""
+    for n, a in enumerate(args, 1):
+        if a != "-":
+            yield f"argument {n}", a
+            continue
+        for number, line in enumerate(sys.stdin, 1):
+            url = line.strip()
+            if url:
+                yield f"stdin line {number}", url
 
 
-def batches(urls: list[str], max_urls: int, max_body: int) -> Iterator[list[str]]:
-    """The URLs in runs that each fit one request: at most `max_urls` URLs, a JSON body
-    within `max_body` bytes."""
-    run: list[str] = []
+def batches(urls: Iterable[tuple[str, str]], max_urls: int, max_body: int,
+            ) -> Iterator[list[tuple[str, str]]]:
+    """The (where, URL) pairs in runs that each fit one request: at most `max_urls` URLs, a
+    JSON body within `max_body` bytes."""
+    run: list[tuple[str, str]] = []
     size = BODY_MARGIN
-    for url in urls:
-        cost = len(json.dumps(url).encode()) + 2  # the string and its ", "
+    for item in urls:
+        cost = len(json.dumps(item[1]).encode()) + 2  # the string and its ", "
         if run and (len(run) >= max_urls or size + cost > max_body):
             yield run
             run, size = [], BODY_MARGIN
-        run.append(url)
+        run.append(item)
         size += cost
     if run:
         yield run
@@ -138,9 +144,9 @@ def main(argv: Sequence[str], config: str | None = None) -> int:
     if args.tag is not None:
         fields["tag"] = args.tag
     accepted, rejected = 0, 0
-    for run in batches(collect_urls(args.urls), t.max_urls, t.max_body):
+    for run in batches(given_urls(args.urls), t.max_urls, t.max_body):
         try:
-            answer = send(t, {"urls": run, **fields}, args.timeout)
+            answer = send(t, {"urls": [url for _, url in run], **fields}, args.timeout)
         except urllib.error.HTTPError as exc:
             print(f"larbinpy submit: refused ({exc.code}): "
                   f"{exc.read().decode(errors='replace')}", file=sys.stderr)
@@ -150,8 +156,10 @@ def main(argv: Sequence[str], config: str | None = None) -> int:
             return 1
         refused = answer["rejected"]
         assert isinstance(refused, list) and isinstance(answer["accepted"], int)
+        where = {url: w for w, url in reversed(run)}  # the first place each URL was given
         for r in refused:
-            print(f"rejected {r['url']}: {r['reason']}", file=sys.stderr)
+            print(f"rejected {where.get(r['url'], '?')}: {r['url']}: {r['reason']}",
+                  file=sys.stderr)
         accepted, rejected = accepted + answer["accepted"], rejected + len(refused)
     print(f"accepted {accepted}, rejected {rejected}")
     return 0 if not rejected else 1

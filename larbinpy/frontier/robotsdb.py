@@ -6,26 +6,34 @@ failures became a standing "complete disallow" (retries exhausted); it holds unt
 a wall-clock time (`time.time()`), so it means the same after a restart.
 
 `VerdictStore` is the seam the robots stage is given in `Crawler.__init__`:
-- `FileVerdicts` (the embedded crawl): `stateDir/robots.jsonl`, one JSON line per verdict
-  learned, appended and flushed once per event-loop turn (a `kill -9` loses at most the turn
-  in progress; no fsync on the hot path), compacted at checkpoints (only the last, unexpired
-  verdict of each site is kept, so the file stays bounded by the sites of one `robotsTtl`),
-  read back at start.
+- `FileVerdicts` (the embedded crawl): an SQLite database, `stateDir/robots.sqlite`, one row a
+  site (`turndb.py`: written in one transaction at the end of the loop turn that learned them,
+  which a `kill -9` cannot tear and loses at most the turn in progress). A broad crawl meets
+  millions of sites, so memory holds only a bounded cache of the recent verdicts
+  (`CACHE_VERDICTS`); a checkpoint makes them durable against power loss and deletes the
+  expired rows. The `robots.jsonl` file of earlier versions is read in once, then removed.
 - a cluster node's store (`cluster/robots_shared.py`) puts Redis in front of it, so a site
   handed to another node takes its verdict along.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import Protocol
 
-COMPACT_SLACK = 1000  # lines a file may carry beyond twice its live verdicts before compaction
+from larbinpy.frontier.turndb import TurnBatch, open_db, sync, transaction
+
+CACHE_VERDICTS = 4096  # verdicts kept in memory, the most recently used (None: known absent)
+IMPORT_BATCH = 10_000  # verdicts a transaction when an old robots.jsonl is read in
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS verdicts (site TEXT PRIMARY KEY, expires REAL NOT NULL, body BLOB,
+    failures INTEGER NOT NULL, disallow INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS by_expiry ON verdicts (expires)
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,101 +93,100 @@ class VerdictStore(Protocol):
 
 
 class FileVerdicts:
-    """Verdicts in one append-only JSON-lines file (see the module docstring)."""
+    """Verdicts in an SQLite database with a bounded cache in front (see the module docstring).
+
+    Invariant: a verdict `put` in this loop turn is in the turn's batch until its commit, so
+    `get` finds it there first; after the commit it is in the database (and maybe the cache).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.known: dict[str, Verdict] = {}
-        self.lines = 0  # lines in the file, live or not
-        self._file: IO[str] | None = None
-        self._flush_planned = False
-        self._load()
-        if path.exists() and not line_ends_cleanly(path):
-            self._rewrite()  # a torn last line (a kill mid-write): appends must not glue on
-        else:
-            self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
+        self._db = open_db(path, SCHEMA)
+        self._cache: OrderedDict[str, Verdict | None] = OrderedDict()  # None: known absent
+        self._batch: TurnBatch[Verdict] = TurnBatch(self._write)
+        self._import_jsonl(path.with_name("robots.jsonl"))
 
-    def _load(self) -> None:
-        """Read the file: the last line of each site wins; expired verdicts are skipped."""
-        if not self.path.exists():
-            return
-        now = time.time()
-        with open(self.path, encoding="utf-8", errors="surrogateescape") as f:
-            for line in f:
-                self.lines += 1
-                decoded = Verdict.decode(line)
-                if decoded is not None:
-                    self.known[decoded[0]] = decoded[1]
-        self.known = {k: v for k, v in self.known.items() if v.expires > now}
+    def __len__(self) -> int:
+        """Verdicts on disk, expired ones not yet deleted included (a checkpoint deletes them)."""
+        self._batch.flush()
+        count: int = self._db.execute("SELECT count(*) FROM verdicts").fetchone()[0]
+        return count
 
     def get(self, key: str) -> Verdict | None:
         """The site's verdict if it has not expired."""
-        verdict = self.known.get(key)
+        verdict = self._batch.pending.get(key)
         if verdict is None:
-            return None
-        if verdict.expires <= time.time():
-            del self.known[key]
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                verdict = self._cache[key]
+            else:
+                verdict = self._read(key)
+                self._remember(key, verdict)
+        if verdict is None or verdict.expires <= time.time():
             return None
         return verdict
 
+    def _read(self, key: str) -> Verdict | None:
+        """The site's row, expired or not; None when there is none."""
+        row = self._db.execute("SELECT expires, body, failures, disallow FROM verdicts"
+                               " WHERE site = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        return Verdict(row[0], row[1], row[2], bool(row[3]))
+
+    def _remember(self, key: str, verdict: Verdict | None) -> None:
+        """Into the cache, forgetting the least recently used beyond CACHE_VERDICTS."""
+        self._cache[key] = verdict
+        self._cache.move_to_end(key)
+        if len(self._cache) > CACHE_VERDICTS:
+            self._cache.popitem(last=False)
+
     async def lookup(self, key: str) -> Verdict | None:
-        """As `get` (everything is in memory)."""
+        """As `get` (the disk answers without a round trip)."""
         return self.get(key)
 
     def put(self, key: str, verdict: Verdict) -> None:
-        """Remember it; the line reaches the file at the end of this loop turn."""
-        self.known[key] = verdict
-        assert self._file is not None
-        self._file.write(verdict.encode(key))
-        self.lines += 1
-        if not self._flush_planned:
-            self._flush_planned = True
-            try:
-                asyncio.get_running_loop().call_soon(self._flush)
-            except RuntimeError:  # no loop (a tool, a test): now
-                self._flush()
+        """Remember it; its row is written at the end of this loop turn."""
+        self._cache.pop(key, None)  # the pending verdict supersedes what was cached
+        self._batch.put(key, verdict)
 
-    def _flush(self) -> None:
-        """Hand the turn's lines to the kernel: they survive a kill of the process."""
-        self._flush_planned = False
-        if self._file is not None and not self._file.closed:
-            self._file.flush()
+    def _write(self, verdicts: dict[str, Verdict]) -> None:
+        """A turn's verdicts in one transaction: after it they survive a kill."""
+        rows = [(k, v.expires, v.body, v.failures, int(v.disallow)) for k, v in verdicts.items()]
+        with transaction(self._db):
+            self._db.executemany("INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?)", rows)
+        for key, verdict in verdicts.items():
+            self._remember(key, verdict)
 
     def compact(self) -> None:
-        """Flush and fsync; rewrite without expired or superseded lines when they dominate."""
+        """Checkpoint: commit, delete the expired rows, and fsync."""
+        self._batch.flush()
         now = time.time()
-        self.known = {k: v for k, v in self.known.items() if v.expires > now}
-        if self.lines > 2 * len(self.known) + COMPACT_SLACK:
-            self._rewrite()
-        elif self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
+        with transaction(self._db):
+            self._db.execute("DELETE FROM verdicts WHERE expires <= ?", (now,))
+        self._cache = OrderedDict((k, v) for k, v in self._cache.items()
+                                  if v is None or v.expires > now)
+        sync(self._db)
 
-    def _rewrite(self) -> None:
-        """Replace the file by the live verdicts (temporary file, fsync, rename)."""
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(v.encode(k) for k, v in self.known.items())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        if self._file is not None:
-            self._file.close()
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
-        self.lines = len(self.known)
+    def _import_jsonl(self, old: Path) -> None:
+        """The JSON-lines file of earlier versions: its live verdicts (the last line of each
+        site wins; a torn line is skipped) into the database, then the file is removed."""
+        if not old.exists():
+            return
+        now = time.time()
+        with open(old, encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                decoded = Verdict.decode(line)
+                if decoded is not None and decoded[1].expires > now:
+                    self._batch.pending[decoded[0]] = decoded[1]
+                if len(self._batch.pending) >= IMPORT_BATCH:
+                    self._batch.flush()
+        self._batch.flush()
+        old.unlink()
 
     def close(self) -> None:
-        """Flush and close the file."""
-        if self._file is not None and not self._file.closed:
-            self._file.flush()
-            self._file.close()
-
-
-def line_ends_cleanly(path: Path) -> bool:
-    """Is the file empty or ending with a newline?"""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        if f.tell() == 0:
-            return True
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) == b"\n"
+        """Commit and close the database."""
+        try:
+            self._batch.flush()
+        finally:
+            self._db.close()

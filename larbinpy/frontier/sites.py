@@ -13,7 +13,11 @@ rest of a site's queue waits on disk (`diskqueue.SiteSpill`) and is read back as
 drains. A job in memory costs about 200 bytes (the `Job`, its URL), so the windows are the
 largest part of the crawler's memory; a window larger than a site's next few fetches buys
 nothing but ordering by priority within it. Sites with nothing to do are forgotten beyond
-`MAX_IDLE_SITES` (oldest first; a later URL of theirs starts them afresh).
+`MAX_IDLE_SITES` (oldest first); with `SiteRecords` (`sitedb.py`, the crawler's) what a
+forgotten site must not lose (its politeness clock, back-off and page count) is on disk, and a
+later URL of it brings it back with them, looked up by its key; its IP's clock stays in memory
+until it has passed. The number of sites with work is bounded by the sequencer
+(`maxSitesInMemory`).
 
 Order: the window serves the highest priority first, FIFO within a priority
 (`records.SiteQueue`). The spill is one FIFO per site: while a site has spilled jobs, new ones
@@ -34,6 +38,7 @@ from typing import Protocol
 
 from larbinpy.frontier.crawllog import CrawlLog
 from larbinpy.frontier.diskqueue import SiteSpill
+from larbinpy.frontier.sitedb import SiteRecord, SiteRecords, loop_now, loop_to_wall
 from larbinpy.links.urls import host_of, site_key
 from larbinpy.records import IpSlot, Job, Site, SiteState
 from larbinpy.stats import Outcome, Stats, counted
@@ -43,7 +48,7 @@ WAITING_SHOWN = 10  # robots.txt retries named on the status page
 SITE_WINDOW = 128  # jobs of one site kept in memory, at most
 MIN_WINDOW = 8  # ... and at least, however many sites share MEMORY_JOBS
 MEMORY_JOBS = 50_000  # jobs of all sites kept in memory (beyond it only MIN_WINDOW a site)
-MAX_IDLE_SITES = 100_000  # idle site records kept (robots rules, politeness clocks)
+MAX_IDLE_SITES = 10_000  # idle site records kept in memory (the rest: sitedb, robotsdb)
 DROP_BATCH = 10_000  # spilled jobs read back at a time when a site's queue is dropped
 
 
@@ -68,13 +73,17 @@ class Sites:
     """Every site and IP slot of the crawl."""
 
     def __init__(self, stats: Stats, default_delay: float, spill: SiteSpill,
-                 forward: Forward = never_forward, crawl_log: CrawlLog | None = None) -> None:
+                 forward: Forward = never_forward, crawl_log: CrawlLog | None = None,
+                 records: SiteRecords | None = None, page_limit: int = 0) -> None:
         self.stats = stats
+        self.records = records  # what a forgotten site must not lose, on disk (None: nowhere)
+        self.page_limit = page_limit  # maxPagesPerSite: a site's page count matters when > 0
         self.crawl_log = crawl_log  # the final line of each job dropped here
         self.default_delay = default_delay  # waitDuration; robots.txt may raise it per site
         self.spill = spill
         self.by_key: dict[str, Site] = {}
         self.ips: dict[str, IpSlot] = {}
+        self.unused_ips: dict[str, IpSlot] = {}  # no site uses them, their clock not passed yet
         self.queued = 0  # jobs in all site queues, in memory and spilled
         self.in_memory = 0  # jobs in the in-memory windows
         self.idle: dict[str, None] = {}  # sites with nothing to do, oldest first
@@ -107,6 +116,7 @@ class Sites:
                 if self.crawl_log is not None:
                     self.crawl_log.record(job, site.dead_reason, note=site.dead_note)
                 return
+            self.idle.pop(key, None)  # busy again: the sequencer's budget counts it
             self._store(site, job)
             self.on_new_site(site)  # negative cache expired: try DNS again
             return
@@ -122,9 +132,22 @@ class Sites:
             self.on_new_site(site)
 
     def _create(self, key: str) -> Site:
-        """A new site record."""
+        """A new site record, with what its record on disk remembers of it."""
         site = self.by_key[key] = Site(key, host_of(key + "/"), delay=self.default_delay)
+        saved = self.records.get(key) if self.records is not None else None
+        if saved is not None:
+            site.ready_at = max(0.0, saved.ready_at - loop_to_wall())
+            site.backoffs, site.pages = saved.backoffs, saved.pages
         return site
+
+    def _record(self, site: Site, now: float, changed: bool = False) -> None:
+        """The site's clock, back-off or page count changed: its row on disk follows, when it
+        says more than a new site's (a clock still to pass, a back-off, a counted page) or
+        `changed` from a row that did (a back-off over)."""
+        if self.records is not None and (changed or site.ready_at > now or site.backoffs
+                                         or self.page_limit):
+            self.records.put(site.key, SiteRecord(site.ready_at + loop_to_wall(),
+                                                  site.backoffs, site.pages))
 
     def _store(self, site: Site, job: Job) -> None:
         """In the site's memory window if there is room and nothing older is spilled."""
@@ -192,7 +215,10 @@ class Sites:
             self.idle[site.key] = None
 
     def evict(self, now: float) -> int:
-        """Forget the oldest idle sites beyond MAX_IDLE_SITES; how many were forgotten."""
+        """Forget the oldest idle sites beyond MAX_IDLE_SITES; how many were forgotten. With
+        records on disk a site's clock goes with its row, and an IP's clock stays in
+        `unused_ips` until it has passed; without, a site waits for both clocks."""
+        self._forget_unused_ips(now)
         forgotten = 0
         while len(self.idle) > MAX_IDLE_SITES:
             key = next(iter(self.idle))
@@ -200,14 +226,25 @@ class Sites:
             site = self.by_key.get(key)
             if site is None or site.in_flight or self.has_work(site):
                 continue  # busy again: it will rest again later
-            if site.timer or site.ready_at > now or (site.ip is not None
-                                                      and site.ip.ready_at > now):
+            if site.timer or (self.records is None and (
+                    site.ready_at > now or (site.ip is not None and site.ip.ready_at > now))):
                 self.idle[key] = None  # its politeness clock still matters: later
                 break
             del self.by_key[key]
-            self._detach(site)
+            self._detach(site, now)
             forgotten += 1
         return forgotten
+
+    def _forget_unused_ips(self, now: float) -> None:
+        """Drop the unused IP slots whose clock has passed (oldest first: they were left in
+        the order their clocks were set, which is about the order they pass)."""
+        while self.unused_ips:
+            addr, slot = next(iter(self.unused_ips.items()))
+            if slot.ready_at > now and slot.users <= 0:
+                return
+            del self.unused_ips[addr]
+            if slot.users <= 0 and not slot.in_flight and not slot.waiting:
+                self.ips.pop(addr, None)
 
     def attach(self, site: Site, addr: str) -> None:
         """Give a site the politeness slot of its address (shared by every site on it)."""
@@ -219,13 +256,17 @@ class Sites:
             slot.users += 1
             site.ip = slot
 
-    def _detach(self, site: Site) -> None:
-        """A site leaves its slot; a slot nobody uses any more is forgotten."""
+    def _detach(self, site: Site, now: float | None = None) -> None:
+        """A site leaves its slot; a slot nobody uses any more is forgotten, or with records
+        on disk kept in `unused_ips` while its clock (`now`: the loop's) has not passed."""
         slot, site.ip = site.ip, None
         if slot is not None:
             slot.users -= 1
             if slot.users <= 0 and not slot.in_flight and not slot.waiting:
-                self.ips.pop(slot.addr, None)
+                if self.records is not None and now is not None and slot.ready_at > now:
+                    self.unused_ips[slot.addr] = slot
+                else:
+                    self.ips.pop(slot.addr, None)
 
     # --- a site's state: the stages decide, the table writes (one owner, its invariants) ---
 
@@ -250,9 +291,11 @@ class Sites:
         self.drop(site, kind, note)
         self.rest(site)  # nothing left to do: its record may be forgotten in time
 
-    def robots_known(self, site: Site, rules: object, expires: float, delay: float) -> None:
-        """robots.txt's rules (None: allow all) hold until `expires`: the site is READY, its
-        robots.txt failures are forgotten, and `delay` spaces its fetches from now on."""
+    def robots_known(self, site: Site, rules: bytes | None, expires: float,
+                     delay: float) -> None:
+        """robots.txt's rules (its body; None: allow all) hold until `expires`: the site is
+        READY, its robots.txt failures are forgotten, and `delay` spaces its fetches from now
+        on."""
         site.robots = rules
         site.robots_expires = expires
         site.robots_failures = 0
@@ -291,7 +334,9 @@ class Sites:
 
     def answered(self, site: Site) -> None:
         """Any other answer: the site answers normally again, the next back-off starts over."""
-        site.backoffs = 0
+        if site.backoffs:
+            site.backoffs = 0
+            self._record(site, 0.0, changed=True)  # its row said otherwise
 
     def count_page(self, site: Site) -> None:
         """A page fetch of the site starts (what `maxPagesPerSite` counts)."""
@@ -363,6 +408,12 @@ class Sites:
         assert ip is not None
         site.in_flight += 1
         ip.in_flight += 1
+        if self.records is not None and site.delay > 0:
+            # on disk, the clock as if the fetch ended now: a restart after a kill waits for
+            # it, even if the kill took the fetch (and its end_fetch) with it
+            now = loop_now()
+            self.records.put(site.key, SiteRecord(max(site.ready_at, now + site.delay)
+                                                  + loop_to_wall(), site.backoffs, site.pages))
         return ip
 
     def end_fetch(self, site: Site, now: float) -> IpSlot:
@@ -374,6 +425,7 @@ class Sites:
         ip.in_flight -= 1
         site.ready_at = max(site.ready_at, now + site.delay)
         ip.ready_at = max(ip.ready_at, now + self.default_delay)
+        self._record(site, now)
         return ip
 
     def jobs(self) -> Iterator[Job]:

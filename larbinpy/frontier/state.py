@@ -12,8 +12,11 @@ Layout:
   is pushed and flushed there *before* its URL is marked seen, so these files are also the
   journal of everything accepted.
 - `spill/`: per-site queues beyond the in-memory window (`diskqueue.SiteSpill`).
-- `robots.jsonl`: the robots.txt verdicts learned (`robotsdb.FileVerdicts`), appended as
-  learned, compacted at checkpoints.
+- `robots.sqlite`: the robots.txt verdicts learned (`robotsdb.FileVerdicts`), one row a site,
+  written at the end of the loop turn that learned them, expired rows deleted at checkpoints.
+- `sites.sqlite`: what a site's record must not forget when memory lets it go, one row a site
+  (`sitedb.SiteRecords`: its politeness clock, back-off and page count), written at the end of
+  the loop turn that changed it.
 - `checkpoint`: the URLs seen so far (a count, for the figures), the read cursors of the
   FIFOs and spill files at the last checkpoint, plus the jobs that were in memory then (site
   windows, fetches in flight), with a line count and a CRC; written to a temporary file,
@@ -144,7 +147,7 @@ class StateDir:
             if p.name in ("frontier", "spill") and p.is_dir():
                 shutil.rmtree(p)
             elif p.name in ("meta.json", "done", "done.tmp") or p.name.startswith(
-                    ("journal.", "checkpoint", "robots.")) or p.suffix == ".bitmap":
+                    ("journal.", "checkpoint", "robots.", "sites.")) or p.suffix == ".bitmap":
                 p.unlink()
 
     def _check_meta(self, meta: dict[str, object]) -> None:
@@ -170,9 +173,13 @@ class StateDir:
         """Path of a bitmap file (seen, contents)."""
         return self.root / f"{name}.bitmap"
 
+    def sites_path(self) -> Path:
+        """Path of the site records (politeness clocks, back-offs, page counts)."""
+        return self.root / "sites.sqlite"
+
     def robots_path(self) -> Path:
         """Path of the robots.txt verdicts file."""
-        return self.root / "robots.jsonl"
+        return self.root / "robots.sqlite"
 
     def load(self) -> Saved:
         """The last checkpoint (an empty Saved when there is none); a torn one is repaired."""

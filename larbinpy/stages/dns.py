@@ -25,11 +25,12 @@ handed on at once, its politeness clock keyed by host name; `proxyDns local` res
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
 import weakref
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import pycares
 
@@ -40,7 +41,7 @@ from larbinpy.records import Site
 from larbinpy.stats import Outcome, Stats
 
 log = logging.getLogger("larbinpy.dns")
-MAX_CACHE = 200_000  # hosts whose answer is kept
+MAX_CACHE = 50_000  # hosts whose answer is kept (~300 bytes each), beyond the sites in memory
 TTL_FLOOR = 60.0  # a TTL of 0 must not mean one query per fetch
 TTL_CEILING = 6 * 3600.0  # a long crawl should notice a host that moved
 NEGATIVE_TTL = 300.0  # how long a failed host stays failed
@@ -77,6 +78,9 @@ class Dns:
         self.on_resolved = on_resolved
         self.cache: dict[str, tuple[float, list[str]]] = {}  # host -> (expires, ips; [] = failed)
         self.inflight: dict[str, asyncio.Future[list[str]]] = {}
+        # sites waiting for a query in flight, by host: one callback a host, not a future and
+        # closures a site (a broad crawl has maxSitesInMemory sites waiting at once)
+        self.waiting: dict[str, list[Site]] = {}
         self.queue: asyncio.Queue[str] = asyncio.Queue()
         self.waiting_sites = 0
         self._resolver: LoopResolver | None = None
@@ -98,11 +102,21 @@ class Dns:
             self._via_proxy(site)
             return
         self.waiting_sites += 1
-        fut = self.lookup(site.host)
-        if fut.done():
-            self._resolved(site, fut)
-        else:
-            fut.add_done_callback(lambda f: self._resolved(site, f))
+        answer = self._shared(site.host)
+        if not isinstance(answer, asyncio.Future):
+            self._resolved(site, answer)
+            return
+        waiting = self.waiting.get(site.host)
+        if waiting is None:
+            waiting = self.waiting[site.host] = []
+            answer.add_done_callback(functools.partial(self._resolved_all, site.host))
+        waiting.append(site)
+
+    def _resolved_all(self, host: str, shared: asyncio.Future[list[str]]) -> None:
+        """The query of a host ended: every site waiting for it goes on."""
+        ips = [] if shared.cancelled() else shared.result()
+        for site in self.waiting.pop(host, ()):
+            self._resolved(site, ips)
 
     def _via_proxy(self, site: Site) -> None:
         """The proxy resolves this host: on to robots.txt (or ready) without a query."""
@@ -111,6 +125,16 @@ class Dns:
 
     def lookup(self, host: str) -> asyncio.Future[list[str]]:
         """Addresses of a host ([] if it failed): cached, shared in flight, or queued."""
+        answer = self._shared(host)
+        if isinstance(answer, asyncio.Future):
+            return _waiter(answer)
+        fut: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+        fut.set_result(answer)
+        return fut
+
+    def _shared(self, host: str) -> list[str] | asyncio.Future[list[str]]:
+        """A host's addresses when known now (a literal, the cache), else the query in
+        flight for it (queued when there was none)."""
         loop = asyncio.get_running_loop()
         literal = ip_literal(host)
         if literal and not self._family_ok(literal):
@@ -119,15 +143,13 @@ class Dns:
         else:
             hit = ([literal], None) if literal else self._cached(host, loop.time())
         if hit is not None:
-            fut: asyncio.Future[list[str]] = loop.create_future()
-            fut.set_result(hit[0])
-            return fut
+            return hit[0]
         shared = self.inflight.get(host)
         if shared is None:
             # registered before any await: every later caller shares this one query
             shared = self.inflight[host] = loop.create_future()
             self.queue.put_nowait(host)
-        return _waiter(shared)
+        return shared
 
     def _family_ok(self, ip: str) -> bool:
         """Is this address of a family `ipVersion` allows?"""
@@ -149,11 +171,10 @@ class Dns:
             return None
         return entry[1], None
 
-    def _resolved(self, site: Site, fut: asyncio.Future[list[str]]) -> None:
-        """Hand a site on once its host is known, or drop its jobs if it is not."""
+    def _resolved(self, site: Site, ips: list[str]) -> None:
+        """Hand a site on once its host is known (`ips`), or drop its jobs if it is not."""
         self.waiting_sites -= 1
         now = asyncio.get_running_loop().time()
-        ips = fut.result()
         allowed = [ip for ip in ips if self.policy.allowed(ip)]
         if not allowed:
             self.sites.kill(site, Outcome.deniedNetwork if ips else Outcome.noDNS,
@@ -251,6 +272,11 @@ class LoopResolver:
     c-ares notice its own timeouts: one thread, as larbin. What it gives up: c-ares rereads
     /etc/resolv.conf on a change only with its thread; a long crawl reads it at start
     (`dnsServers` names servers explicitly).
+
+    c-ares's own query cache is off: this stage has its cache (bounded, `MAX_CACHE`), and
+    c-ares's keeps every answer for its TTL, about 1.3 kB each, which a broad crawl meeting a
+    thousand hosts a second would grow to hundreds of MB (docs/benchmarks.md, "Broad crawls").
+    pycares 5 has no parameter for it, so the channel is made with `_NoQueryCache`.
     """
 
     def __init__(self, nameservers: list[str] | None, timeout: float, tries: int) -> None:
@@ -266,8 +292,14 @@ class LoopResolver:
             if this is not None:
                 this._sock_state(fd, readable, writable)
 
-        self._channel = pycares.Channel(sock_state_cb=sock_state, timeout=timeout, tries=tries,
-                                        servers=nameservers or None)
+        module = vars(pycares)
+        lib = module["_lib"]
+        module["_lib"] = _NoQueryCache(lib)  # what Channel() calls, for this call only
+        try:
+            self._channel = pycares.Channel(sock_state_cb=sock_state, timeout=timeout,
+                                            tries=tries, servers=nameservers or None)
+        finally:
+            module["_lib"] = lib
 
     def query_dns(self, host: str, qtype: str) -> asyncio.Future[pycares.DNSResult]:
         """Ask for `host`'s records of `qtype` ("A", "AAAA"); DnsError if the query fails."""
@@ -335,3 +367,26 @@ class LoopResolver:
         self._readers.clear()
         self._writers.clear()
         self._channel.close()
+
+
+ARES_OPT_QUERY_CACHE = 1 << 21  # ares.h (c-ares >= 1.23); pycares 5 does not export it
+
+
+class _NoQueryCache:
+    """pycares's C library as `pycares.Channel()` sees it while it makes a channel: the same,
+    but `ares_init_options` turns c-ares's query cache off (`qcache_max_ttl` 0). pycares's
+    `_lib` is private: pyproject pins pycares 5, and tests/test_broad.py fails when c-ares
+    keeps answers of its own again."""
+
+    def __init__(self, lib: Any) -> None:
+        self._lib = lib
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything else is the library's."""
+        return getattr(self._lib, name)
+
+    def ares_init_options(self, channel: Any, options: Any, optmask: int) -> int:
+        """c-ares's channel init, with the query cache option set to off."""
+        options.qcache_max_ttl = 0
+        code: int = self._lib.ares_init_options(channel, options, optmask | ARES_OPT_QUERY_CACHE)
+        return code

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 from protego import Protego
@@ -104,25 +105,32 @@ def parse_rules(data: bytes) -> Protego | None:
 
 
 class SharedRules:
-    """Parsed robots.txt by body: sites serving the same file (a CMS's default, a hosting
-    company's) share one parsed copy, which depends on nothing but the bytes. Bounded: small
-    bodies only, emptied when full."""
+    """Parsed robots.txt by body, the most recently used: a site keeps its robots.txt as bytes
+    and its rules are parsed when a URL of it is checked, once for as long as they stay here.
+    A parsed file costs about ten times its bytes (21 kB for 2 kB of rules), so parsers kept
+    per site would make a broad crawl's memory that of its sites; sites serving the same file
+    (a CMS's default, a hosting company's) share one copy, which depends on nothing but the
+    bytes. Bounded by MAX_ENTRIES files and MAX_BYTES of bodies (one larger file alone)."""
 
     MAX_ENTRIES = 1024
-    MAX_BODY = 4096  # bytes; larger files are parsed per site
+    MAX_BYTES = 1 << 20  # bodies' bytes, about ten times that of parsed rules
 
     def __init__(self) -> None:
-        self.parsed: dict[bytes, Protego | None] = {}
+        self.parsed: OrderedDict[bytes, Protego | None] = OrderedDict()
+        self.bytes = 0  # of the bodies in `parsed`
 
     def get(self, data: bytes) -> Protego | None:
         """The parsed rules of `data`, shared when the same bytes were parsed before."""
-        if len(data) > self.MAX_BODY:
-            return parse_rules(data)
-        if data not in self.parsed:
-            if len(self.parsed) >= self.MAX_ENTRIES:
-                self.parsed.clear()
-            self.parsed[data] = parse_rules(data)
-        return self.parsed[data]
+        if data in self.parsed:  # (a body's hash is computed once, kept by the bytes)
+            self.parsed.move_to_end(data)
+            return self.parsed[data]
+        parsed = parse_rules(data)
+        while self.parsed and (len(self.parsed) >= self.MAX_ENTRIES
+                               or self.bytes + len(data) > self.MAX_BYTES):
+            self.bytes -= len(self.parsed.popitem(last=False)[0])
+        self.parsed[data] = parsed
+        self.bytes += len(data)
+        return parsed
 
 
 class Robots:
@@ -158,8 +166,12 @@ class Robots:
         return self.cfg.robots and now >= site.robots_expires
 
     def allowed(self, site: Site, url: str) -> bool:
-        """May this URL be fetched according to the site's robots.txt?"""
-        return site.robots is None or site.robots.can_fetch(url, self.agent)
+        """May this URL be fetched according to the site's robots.txt (its body, parsed or
+        found parsed in `shared`)?"""
+        if site.robots is None:
+            return True
+        rules = self.shared.get(site.robots)
+        return rules is None or bool(rules.can_fetch(url, self.agent))
 
     def recall(self, site: Site) -> None:
         """The site's address is known: apply a stored verdict, if any, so its first fetch
@@ -263,14 +275,15 @@ class Robots:
             self.store.put(site.key, verdict)
 
     def _open(self, site: Site, data: bytes | None, expires: float) -> None:
-        """Rules are known: parse them (None = allow all) and open the site."""
+        """Rules are known: the site keeps their bytes (None = allow all), parsed now for its
+        Crawl-delay and Sitemap lines, and it opens."""
         rules = self.shared.get(data) if data else None
         delay = self.cfg.wait_duration
         if rules is not None:
             asked = rules.crawl_delay(self.agent)
             if asked:
                 delay = max(delay, min(float(asked), self.cfg.max_crawl_delay))
-        self.sites.robots_known(site, rules, expires, delay)
+        self.sites.robots_known(site, data or None, expires, delay)
         if rules is not None and self.cfg.sitemaps and self.on_sitemaps is not None:
             listed = list(rules.sitemaps)  # nothing to do for most sites
             if listed:

@@ -2,6 +2,13 @@
 
 Each turn moves up to `perCall` jobs, highest priority first, then yields to the other
 stages, so a flood of new URLs never starves DNS or the readers.
+
+It is also what bounds the site table of a broad crawl: while `maxSitesInMemory` sites have
+work (the table's records less its idle ones), it moves nothing, and the jobs wait on the
+FIFOs, on disk, until a site has finished (the crawler wakes it, `room`). A million seeds so
+make a million sites one `maxSitesInMemory` at a time, not a million records, DNS questions
+and queues at once. Every site with work finishes it (its fetches end, its politeness and
+back-off waits are bounded), so the wait always ends.
 """
 
 from __future__ import annotations
@@ -17,23 +24,32 @@ RETRY_DELAY = 5.0
 
 
 class Sequencer:
-    """Moves jobs from the FIFOs to their sites, `per_call` per turn."""
+    """Moves jobs from the FIFOs to their sites, `per_call` per turn, while fewer than
+    `max_sites` sites have work."""
 
-    def __init__(self, frontier: Frontier, sites: Sites, per_call: int) -> None:
+    def __init__(self, frontier: Frontier, sites: Sites, per_call: int,
+                 max_sites: int | None = None) -> None:
         self.frontier = frontier
         self.sites = sites
         self.per_call = per_call
+        self.max_sites = max_sites  # None: no bound (a tool, a test)
         self.wake = asyncio.Event()
+        self.full = False  # the last turn stopped at max_sites: `room` wakes it
 
     def notify(self) -> None:
         """New jobs are on the FIFOs."""
         self.wake.set()
 
+    def room(self) -> None:
+        """Something finished (the crawler's `changed`): a site may have room now."""
+        if self.full:
+            self.wake.set()
+
     async def run(self) -> None:
-        """Forever: wait for jobs, move a batch, yield."""
+        """Forever: wait for jobs (and room for their sites), move a batch, yield."""
         loop = asyncio.get_running_loop()
         while True:
-            if not len(self.frontier):
+            if not len(self.frontier) or self._no_room():
                 self.wake.clear()
                 await self.wake.wait()
                 continue
@@ -44,11 +60,17 @@ class Sequencer:
                 await asyncio.sleep(RETRY_DELAY)
             await asyncio.sleep(0)  # one turn = perCall jobs; let the other stages run
 
+    def _no_room(self) -> bool:
+        """Do max_sites sites have work (so no job may make another one busy)?"""
+        busy = len(self.sites.by_key) - len(self.sites.idle)
+        self.full = self.max_sites is not None and busy >= self.max_sites
+        return self.full
+
     def turn(self, now: float) -> int:
-        """Move up to `per_call` jobs; how many moved."""
+        """Move up to `per_call` jobs, stopping when the table is full; how many moved."""
         moved = 0
         pop, enqueue = self.frontier.pop, self.sites.enqueue
-        while moved < self.per_call:
+        while moved < self.per_call and not self._no_room():
             job = pop()
             if job is None:
                 break

@@ -1,0 +1,79 @@
+"""SQLite tables in `stateDir` written once a loop turn: what the robots.txt verdict store
+(`robotsdb.py`) and the site records (`sitedb.py`) share.
+
+A broad crawl meets millions of sites, so what it must remember of each lives on disk, in an
+SQLite database in write-ahead-log mode: a commit is an append to the log without an fsync,
+which a `kill -9` cannot tear (the kernel has the bytes; SQLite's recovery keeps whole
+transactions only), and a checkpoint (`sync`) fsyncs it into the database against power loss.
+The values put during one loop turn wait in memory (`TurnBatch`) and are written in one
+transaction at its end, so the disk costs one commit a turn, not one a value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Generic, TypeVar
+
+DB_CACHE_KIB = 2048  # SQLite's page cache for one database, at most
+
+T = TypeVar("T")
+
+
+def open_db(path: Path, schema: str) -> sqlite3.Connection:
+    """The database at `path` in WAL mode (created with `schema`, statements separated by ;)."""
+    db = sqlite3.connect(path, isolation_level=None)  # transactions by hand (`transaction`)
+    db.execute("PRAGMA journal_mode=WAL")  # a commit appends to the log
+    db.execute("PRAGMA synchronous=NORMAL")  # fsync at WAL checkpoints only (`sync`)
+    db.execute(f"PRAGMA cache_size=-{DB_CACHE_KIB}")
+    for statement in schema.split(";"):
+        if statement.strip():
+            db.execute(statement)
+    return db
+
+
+@contextlib.contextmanager
+def transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN ... COMMIT, rolled back on an error."""
+    db.execute("BEGIN")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def sync(db: sqlite3.Connection) -> None:
+    """Durable against power loss: the log fsynced into the database, and emptied."""
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+class TurnBatch(Generic[T]):
+    """Values put during a loop turn, handed to `write` together at its end (at once without a
+    running loop: a tool, a test). Invariant: a value put is in `pending` until written."""
+
+    def __init__(self, write: Callable[[dict[str, T]], None]) -> None:
+        self.write = write
+        self.pending: dict[str, T] = {}
+        self._planned = False
+
+    def put(self, key: str, value: T) -> None:
+        """Write `value` for `key` at the end of this loop turn (the last put of a turn wins)."""
+        self.pending[key] = value
+        if not self._planned:
+            self._planned = True
+            try:
+                asyncio.get_running_loop().call_soon(self.flush)
+            except RuntimeError:  # no loop: now
+                self.flush()
+
+    def flush(self) -> None:
+        """Write what is pending now."""
+        self._planned = False
+        if self.pending:
+            pending, self.pending = self.pending, {}
+            self.write(pending)
