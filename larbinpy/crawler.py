@@ -38,7 +38,7 @@ from larbinpy.net.client import LazySession, make_http1
 from larbinpy.net.docmemory import DocumentMemory
 from larbinpy.net.policy import NetworkPolicy
 from larbinpy.outputs import Outputs
-from larbinpy.records import Job, Site, SiteState
+from larbinpy.records import Job, JobKind, Site, SiteState
 from larbinpy.stages.bandwidth import BandwidthLimiter
 from larbinpy.stages.dns import Dns
 from larbinpy.stages.input import Admission, Input, LocalAdmission
@@ -52,6 +52,7 @@ from larbinpy.stats import Stats, counted
 if TYPE_CHECKING:
     from larbinpy.cluster import Cluster
     from larbinpy.daemon.ports import Ports
+    from larbinpy.stages.revisits import Revisits
 
 log = logging.getLogger("larbinpy")
 
@@ -138,6 +139,7 @@ class Crawler:
                              keep_raw=self.outputs.keep_raw, sites=self.sites,
                              crawl_log=self.crawl_log, memory=self.memory)
         self.crawl_log.before_flush = self.parser.flush  # a page's links and files go first
+        self.revisits = self._revisits() if cfg.recrawl else None
         self.failures = RecentFailures()  # the status page's last failures
         self.crawl_log.on_record = self.failures.note
         fetch_page: PageFetch = self.reader.fetch
@@ -161,6 +163,27 @@ class Crawler:
         self.stop_requested = False
         self._changed = asyncio.Event()
 
+    def _revisits(self) -> Revisits:
+        """recrawl on: the schedule in stateDir and the stage that feeds its due visits back
+        (the reader and the crawl log report every page's outcome to it)."""
+        from larbinpy.frontier.schedule import Schedule
+        from larbinpy.stages.revisits import Revisits
+
+        schedule = Schedule(self.state.schedule_dir, self.saved.schedule)
+        revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed)
+        self.reader.revisits = revisits
+        self.crawl_log.scheduler = revisits.schedule_page
+        self.input.make_due = revisits.force  # submit --force of a known page
+        parser_flush = self.parser.flush
+
+        def before_flush() -> None:
+            """A finished page's links and files, then its new due time, before its line."""
+            parser_flush()
+            schedule.flush()
+
+        self.crawl_log.before_flush = before_flush
+        return revisits
+
     # --- "is the crawl done?" ---
 
     def idle(self) -> bool:
@@ -174,6 +197,7 @@ class Crawler:
             and self.parser.pending == 0  # pages read this turn, links not extracted yet
             and self.outputs.backlog() == 0  # a full disk pauses the crawl; it is not done
             and (self.cluster is None or self.cluster.idle())  # nothing on its way to Redis
+            and (self.revisits is None or self.revisits.pending == 0)  # due, not yet fed
         )
 
     def changed(self) -> None:
@@ -225,6 +249,8 @@ class Crawler:
                  asyncio.ensure_future(self.sequencer.run()),
                  asyncio.ensure_future(self._tick()),
                  asyncio.ensure_future(self._checkpoints())]
+        if self.revisits is not None:
+            tasks.append(asyncio.ensure_future(self.revisits.run()))
         self._install_signals()
         ports = self._ports()
         try:
@@ -285,6 +311,9 @@ class Crawler:
             self.admission.recover()
         finished = self.finished_before = len(self.crawl_log.skip)
         jobs = [j for j in self.saved.jobs if not self.crawl_log.finished_before(j.url)]
+        if self.revisits is not None:  # a revisit is due again; the schedule has its history
+            self.revisits.restore([j for j in jobs if j.kind is JobKind.REVISIT])
+        jobs = [j for j in jobs if j.kind is not JobKind.REVISIT]
         # the FIFOs still hold the finished URLs the checkpoint's jobs did not (skipped later)
         in_fifos = finished - (len(self.saved.jobs) - len(jobs))
         waiting = len(self.frontier) + len(self.spill) + len(jobs) - in_fifos
@@ -364,6 +393,8 @@ class Crawler:
         yield from self.sites.jobs()
         yield from self.opener.active.values()
         yield from self.outputs.pending_jobs()
+        if self.revisits is not None:
+            yield from self.revisits.in_memory()  # popped, waiting for their site
 
     def checkpoint(self) -> None:
         """Make outputs and queues durable, save cursors and in-memory jobs, then release."""
@@ -383,7 +414,8 @@ class Crawler:
             raise
         self._commit(*snapshot)
 
-    def _snapshot(self) -> tuple[dict[int, Position], dict[str, Position], list[Job], int]:
+    def _snapshot(self) -> tuple[dict[int, Position], dict[str, Position], list[Job], int,
+                                 object]:
         """Flush and sync the outputs (those not taken) and the queues; then cursors and the
         jobs only memory holds, as of this moment."""
         # Order matters: pages read but not parsed go on first (their links to the frontier,
@@ -399,18 +431,25 @@ class Crawler:
         self.verdicts.compact()
         if self.contents is not None:
             self.contents.flush()
+        schedule = None
+        if self.revisits is not None:
+            self.revisits.schedule.flush()
+            self.revisits.schedule.sync()
+            schedule = self.revisits.schedule.position()
         done = self.crawl_log.mark()  # jobs finishing from now on are not in this checkpoint
         return (self.frontier.positions(), self.spill.positions(), list(self.in_memory()),
-                done)
+                done, schedule)
 
     def _commit(self, frontier: dict[int, Position], spill: dict[str, Position],
-                jobs: list[Job], done: int) -> None:
+                jobs: list[Job], done: int, schedule: object = None) -> None:
         """Write the checkpoint, then release the files before its cursors and the
         done-record's URLs it covers."""
-        self.state.write_checkpoint(frontier, spill, jobs, self.stats.urls_seen)
+        self.state.write_checkpoint(frontier, spill, jobs, self.stats.urls_seen, schedule)
         self.crawl_log.checkpointed(done)
         self.frontier.release(frontier)
         self.spill.release(spill)
+        if self.revisits is not None:
+            self.revisits.schedule.release(schedule)
 
     async def _tick(self) -> None:
         """Once a second: throughput sample and progress line."""
@@ -481,6 +520,8 @@ class Crawler:
         self.seen.close()
         if self.contents is not None:
             self.contents.close()
+        if self.revisits is not None:
+            self.revisits.schedule.close()
         self.frontier.close()
         self.spill.close()
         self.state.close()
