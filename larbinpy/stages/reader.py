@@ -99,7 +99,8 @@ class Reader:
         self.session: LazySession | None = None
         self.http1: Http1Client | None = None  # plain http:// without a proxy (http1.py)
         # a job a site asked us to retry (429/503) goes back to its site's queue
-        self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites.enqueue)
+        self.sites = sites
+        self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites)
         self.cookies = CookieJar() if cfg.cookies else None
         self.parser = parser  # 2xx pages go on to it (links, outputs)
         self.crawl_log = crawl_log  # each job's final line
@@ -143,8 +144,8 @@ class Reader:
                     return
             elif job.kind is JobKind.PAGE:
                 answer = Answer(None)
-        if job.kind is not JobKind.REVISIT:
-            site.pages += 1
+        if job.kind is not JobKind.REVISIT:  # maxPagesPerSite counts pages, not visits
+            self.sites.count_page(site)
         ex = Exchange(time.monotonic(), answer)
         kind = await self._request(site, job, ex, headers)
         self.stats.count(kind)

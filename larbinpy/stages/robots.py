@@ -51,7 +51,7 @@ from larbinpy.net.docmemory import DocumentMemory, Reservation
 from larbinpy.net.http1 import FetchError, Http1Client, split_http_url
 from larbinpy.net.policy import NetworkPolicy
 from larbinpy.outputs import page_from_response
-from larbinpy.records import Job, Page, Site, SiteState
+from larbinpy.records import Job, Page, Site
 from larbinpy.stages.dns import NEGATIVE_TTL, ip_literal
 from larbinpy.stats import Outcome, Stats
 
@@ -174,7 +174,7 @@ class Robots:
         if verdict.disallow:
             self._give_up(site, expires, "robots.txt failed earlier (its verdict was kept)")
         elif verdict.failures:
-            site.robots_failures = verdict.failures
+            self.sites.robots_failing(site, verdict.failures)
             return False
         else:
             self._open(site, verdict.body, expires)
@@ -268,53 +268,42 @@ class Robots:
 
     def _open(self, site: Site, data: bytes | None, expires: float) -> None:
         """Rules are known: parse them (None = allow all) and open the site."""
-        site.robots = self.shared.get(data) if data else None
-        site.robots_expires = expires
-        site.robots_failures = 0
-        site.delay = self.cfg.wait_duration
-        if site.robots is not None:
-            delay = site.robots.crawl_delay(self.agent)
-            if delay:
-                site.delay = max(site.delay, min(float(delay), self.cfg.max_crawl_delay))
-            if self.cfg.sitemaps and self.on_sitemaps is not None:
-                listed = list(site.robots.sitemaps)  # nothing to do for most sites
-                if listed:
-                    self.on_sitemaps(site.key + "/robots.txt", listed, MAX_NESTING)
-        site.state = SiteState.READY
+        rules = self.shared.get(data) if data else None
+        delay = self.cfg.wait_duration
+        if rules is not None:
+            asked = rules.crawl_delay(self.agent)
+            if asked:
+                delay = max(delay, min(float(asked), self.cfg.max_crawl_delay))
+        self.sites.robots_known(site, rules, expires, delay)
+        if rules is not None and self.cfg.sitemaps and self.on_sitemaps is not None:
+            listed = list(rules.sitemaps)  # nothing to do for most sites
+            if listed:
+                self.on_sitemaps(site.key + "/robots.txt", listed, MAX_NESTING)
 
     def _failed(self, site: Site, now: float, wait: float | None = None,
                 status: int | None = None) -> None:
         """5xx, 429 or unreachable (`status` None): full disallow for now; retry later (after
         Retry-After when given), at most `maxRetries` times, then complete disallow stands for
         `robotsTtl`."""
-        site.robots_failures += 1
+        failures = site.robots_failures + 1
+        self.sites.robots_failing(site, failures)
         until = time.time() + self.cfg.robots_ttl
-        if site.robots_failures > self.cfg.max_retries:
+        if failures > self.cfg.max_retries:
             self._put(site, Verdict(until, disallow=True))
             self._give_up(site, now + self.cfg.robots_ttl,
                           f"robots.txt {'unreachable' if status is None else f'answered {status}'}"
-                          f" (tries: {site.robots_failures})")
+                          f" (tries: {failures})")
             return
-        self._put(site, Verdict(until, failures=site.robots_failures))
-        site.ready_at = max(site.ready_at, now + (RETRY_DELAY if wait is None else wait))
+        self._put(site, Verdict(until, failures=failures))
+        self.sites.hold_back(site, now + (RETRY_DELAY if wait is None else wait))
 
     def _give_up(self, site: Site, until: float, note: str) -> None:
         """Complete disallow until `until` (loop clock): the site's jobs, and URLs found for it
         later, are counted as forbiddenRobots at once (a DEAD site refuses them); `note` says
         why in the crawl log."""
-        site.state = SiteState.DEAD
-        site.dead_reason = Outcome.forbiddenRobots
-        site.dead_note = note
-        site.dead_until = until
-        site.robots_failures = 0
-        self.sites.drop(site, Outcome.forbiddenRobots, note)
-        self.sites.rest(site)  # nothing left to do: its record may be forgotten in time
+        self.sites.robots_given_up(site, until, note)
 
     def _bad_certificate(self, site: Site, now: float) -> None:
         """The site's certificate did not verify: its URLs are tlsError for a while."""
-        site.state = SiteState.DEAD
-        site.dead_reason = Outcome.tlsError
-        site.dead_note = None
-        site.dead_until = now + NEGATIVE_TTL
-        self.sites.drop(site, Outcome.tlsError)
+        self.sites.kill(site, Outcome.tlsError, now + NEGATIVE_TTL)
 
