@@ -57,7 +57,7 @@ def _line(job: Job, kind: Outcome, status: int | None, nbytes: int, ms: int,
                     encode_basestring(ctype) if ctype else "null", job.depth,
                     "null" if via is None else encode_basestring(via),
                     "" if note is None else ',"note":' + encode_basestring(note),
-                    "" if due is None else ',"next":%.3f' % due)
+                    "" if due is None else f',"next":{due:.3f}')
 
 
 class CrawlLog:

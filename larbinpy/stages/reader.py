@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import xxhash
 from yarl import URL
@@ -45,10 +45,12 @@ from larbinpy.records import Job, JobKind, Page, Site
 from larbinpy.stages.bandwidth import BandwidthLimiter
 from larbinpy.stages.input import Input
 from larbinpy.stages.parser import HTML_TYPES, Parser
-from larbinpy.stages.revisits import Answer, Revisits
 from larbinpy.stages.robots import Robots
 from larbinpy.stages.sitemaps import take_sitemap
 from larbinpy.stats import Outcome, Stats
+
+if TYPE_CHECKING:  # imported with `recrawl on` only (crawler.py)
+    from larbinpy.stages.revisits import Answer, Revisits
 
 Response = Any  # an aiohttp.ClientResponse or an http1.Response: both read alike (http1.py)
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.\-]*):")
@@ -143,7 +145,7 @@ class Reader:
                 if answer is None:  # stale: fetched and scheduled again since it was popped
                     return
             elif job.kind is JobKind.PAGE:
-                answer = Answer(None)
+                answer = self.revisits.first_answer()
         if job.kind is not JobKind.REVISIT:  # maxPagesPerSite counts pages, not visits
             self.sites.count_page(site)
         ex = Exchange(time.monotonic(), answer)

@@ -253,6 +253,11 @@ class Revisits:
         answer.conditional = bool(headers)
         return answer, headers
 
+    @staticmethod
+    def first_answer() -> Answer:
+        """What a first fetch of a page will observe (no history)."""
+        return Answer(None)
+
     def answered(self, answer: Answer, resp: Any) -> None:
         """The response's head: its status and validators."""
         answer.status = resp.status
