@@ -166,10 +166,14 @@ class Crawler:
     def _revisits(self) -> Revisits:
         """recrawl on: the schedule in stateDir and the stage that feeds its due visits back
         (the reader and the crawl log report every page's outcome to it)."""
-        from larbinpy.frontier.schedule import Schedule
+        from larbinpy.frontier.schedule import GRANULARITY, Schedule
         from larbinpy.stages.revisits import Revisits
 
-        schedule = Schedule(self.state.schedule_dir, self.saved.schedule)
+        saved = self.saved.schedule
+        # a page is popped at most a granularity late: a small share of recrawlMin
+        schedule = Schedule(self.state.schedule_dir,
+                            tuple(saved) if isinstance(saved, list) else None,  # type: ignore[arg-type]
+                            granularity=min(GRANULARITY, max(0.01, self.cfg.recrawl_min / 8)))
         revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed)
         self.reader.revisits = revisits
         self.crawl_log.scheduler = revisits.schedule_page
@@ -235,6 +239,7 @@ class Crawler:
                 "kind": self.cfg.seen_set, "bitmap_fill": round(self.seen.fill(), 6),
                 "expected_loss": self.seen.expected_loss()},
             failures=self.failures.lines(),
+            recrawl=None if self.revisits is None else self.revisits.figures().as_dict(),
         )
 
     # --- run ---
@@ -311,8 +316,8 @@ class Crawler:
             self.admission.recover()
         finished = self.finished_before = len(self.crawl_log.skip)
         jobs = [j for j in self.saved.jobs if not self.crawl_log.finished_before(j.url)]
-        if self.revisits is not None:  # a revisit is due again; the schedule has its history
-            self.revisits.restore([j for j in jobs if j.kind is JobKind.REVISIT])
+        # revisits in flight at the checkpoint come back from the schedule (its position is
+        # the oldest popped and not put again), not from here
         jobs = [j for j in jobs if j.kind is not JobKind.REVISIT]
         # the FIFOs still hold the finished URLs the checkpoint's jobs did not (skipped later)
         in_fifos = finished - (len(self.saved.jobs) - len(jobs))
@@ -393,8 +398,6 @@ class Crawler:
         yield from self.sites.jobs()
         yield from self.opener.active.values()
         yield from self.outputs.pending_jobs()
-        if self.revisits is not None:
-            yield from self.revisits.in_memory()  # popped, waiting for their site
 
     def checkpoint(self) -> None:
         """Make outputs and queues durable, save cursors and in-memory jobs, then release."""

@@ -157,7 +157,8 @@ class Revisits:
             key = site_key(visit.url)
             fifo = self.waiting.setdefault(key, deque())
             if len(fifo) >= PER_SITE_MAX:  # its site cannot take them soon: back, a bit later
-                self.schedule.put(replace(visit, due=now + self._spacing(key) * len(fifo)))
+                self.schedule.put(replace(visit, due=now + max(self._spacing(key) * len(fifo),
+                                                                POP_EVERY)))
                 continue
             fifo.append(visit)
             self.pending += 1
@@ -212,7 +213,7 @@ class Revisits:
         """The site's recrawl state, made at its first use."""
         state = self.sites.recrawl_state(site)
         if not isinstance(state, SiteRecrawl):
-            state = SiteRecrawl(freshness.SiteBudget())
+            state = SiteRecrawl(freshness.SiteBudget(self._capacity(site)))
             self.sites.set_recrawl_state(site, state)
         return state
 
@@ -285,15 +286,19 @@ class Revisits:
             self.after_fetch(site)
         now = time.time()
         if not isinstance(answer, Answer):  # ended without a request (a dead site...)
-            if job.kind is not JobKind.REVISIT or kind not in RETRIED:
+            if job.kind is not JobKind.REVISIT:
+                return None  # never fetched: nothing to revisit
+            if kind not in RETRIED:  # robots.txt forbids it now...: out of the rotation
+                self.schedule.drop(job.url)
                 return None
-            prior = self.schedule.get(job.url)
-            answer = Answer(prior)
+            answer = Answer(self.schedule.get(job.url))
         if kind in GOOD and site is not None:
             visit = self._observed(job, kind, answer, site, now)
         elif kind in RETRIED:
             visit = self._failed(job, answer.prior, answer.status, now)
         else:  # a rule keeps it from being fetched (robots.txt...), or not a page we keep
+            if job.kind is JobKind.REVISIT:
+                self.schedule.drop(job.url)  # it leaves the rotation
             return None
         self.schedule.put(visit)
         return visit.due
@@ -311,9 +316,11 @@ class Revisits:
         stats = freshness.observe(prior.stats if prior else b"", now,
                                   prior.fetched_at if prior else 0.0, changed, lm_time,
                                   state.lm_trusted and strong_lm is not None)
-        rate = freshness.rate(stats)
-        interval = freshness.interval(rate, state.budget.mu, self.lo, self.hi)
-        state.budget.scheduled(interval, self._capacity(site))
+        rate = freshness.rate(stats, prior=1.0 / self.lo)
+        old = prior.due - prior.fetched_at if prior is not None and prior.fetched_at else None
+        state.budget.capacity = self._capacity(site)  # its delay may have changed
+        interval = state.budget.schedule(rate, self.lo, self.hi,
+                                         old if old is not None and old > 0 else None)
         self._note_freshness(freshness.freshness(rate, interval))
         if kind is Outcome.notModified:
             if state.not_modified % AUDIT_EVERY == AUDIT_EVERY - 1:
@@ -380,17 +387,6 @@ class Revisits:
         if known:
             self.wake.set()
         return known
-
-    def in_memory(self) -> list[Job]:
-        """Popped visits still waiting for their site, as jobs for a checkpoint."""
-        return [Job(v.url, v.depth, v.priority, tag=v.tag, kind=JobKind.REVISIT)
-                for fifo in self.waiting.values() for v in fifo]
-
-    def restore(self, jobs: list[Job]) -> None:
-        """A checkpoint's revisit jobs: due now again (the schedule holds their history)."""
-        now = time.time()
-        for job in jobs:
-            self.schedule.force(job.url, now)
 
     def figures(self) -> RevisitFigures:
         """The recrawl's figures now."""

@@ -1,0 +1,145 @@
+"""Recrawl end to end: pages fetched again on their schedule, conditional GETs, the digest as
+the truth, lying validators survived, the figures, and a restart keeping the schedule.
+
+Real servers on loopback (tests/revisitweb.py: a LocalWeb whose pages change when the test
+says so, behind honest or lying validators), the real crawler in this process, recrawlMin of
+a fraction of a second so that revisits come within a test's seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import until
+from revisitweb import ChangingPage, RevisitWeb
+
+from larbinpy.config import parse_config
+from larbinpy.crawler import Crawler
+from larbinpy.daemon.status import snapshot
+from larbinpy.demo import DnsServer, Site
+from larbinpy.stages import revisits as revisits_stage
+
+RECRAWL = "recrawl on\nrecrawlMin 0.2\nrecrawlMax 0.4\n"
+
+
+@dataclass
+class Lab:
+    """A RevisitWeb, its DNS server and a place for the crawl's state."""
+
+    web: RevisitWeb
+    dns: DnsServer
+    tmp: Path
+
+    def url(self, host: str, path: str = "/") -> str:
+        """Absolute URL of a page."""
+        return self.web.url(host, path)
+
+    def conf(self, extra: str = "", scratch_dir: str = "state") -> str:
+        """A daemon's larbin.conf for this web (no ports, no exitAtEnd)."""
+        return (f"stateDir {self.tmp}/{scratch_dir}\nsaveDir {self.tmp}/save\n"
+                f"dnsServers {self.dns.address}\nallowNetworks 127.0.0.0/8 end\n"
+                "httpPort 0\ninputPort 0\nwaitDuration 0\npagesConnexions 4\n"
+                f"checkpointInterval 0.5\n{RECRAWL}{extra}\n")
+
+    def log_lines(self) -> list[dict]:
+        """The crawl log's lines."""
+        path = self.tmp / "save" / "crawl.jsonl"
+        return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+    @contextlib.asynccontextmanager
+    async def crawling(self, extra: str = "", scratch: bool = True
+                       ) -> AsyncIterator[Crawler]:
+        """A crawler running as a daemon; stopped cleanly (SIGTERM's path) at the end."""
+        crawler = Crawler(parse_config(self.conf(extra)), scratch=scratch)
+        task = asyncio.ensure_future(crawler.run())
+        try:
+            yield crawler
+        finally:
+            crawler.request_stop()
+            assert await asyncio.wait_for(task, 30) == 0
+
+
+@pytest.fixture
+async def lab(tmp_path: Path) -> AsyncIterator[Callable[..., object]]:
+    """Factory: a RevisitWeb of one site per mode given, each with pages `/` and `/a.html`."""
+    started: list[tuple[RevisitWeb, DnsServer]] = []
+
+    async def make(*modes: str) -> Lab:
+        sites, pages, by_host = [], {}, {}
+        for i, mode in enumerate(modes):
+            host = f"{mode}.revisit.test"
+            sites.append(Site(host, f"127.0.5.{i + 1}"))
+            pages[host] = {"/": ChangingPage(links=("/a.html",)), "/a.html": ChangingPage()}
+            by_host[host] = mode
+        web = RevisitWeb(sites, by_host, pages)
+        await web.start()
+        dns = DnsServer(web.dns_records)
+        await dns.start()
+        started.append((web, dns))
+        return Lab(web, dns, tmp_path)
+
+    yield make
+    for web, dns in started:
+        await web.stop()
+        await dns.stop()
+
+
+def start_urls(lab: Lab, *modes: str) -> str:
+    """startUrl lines for the sites of these modes."""
+    return "".join(f"startUrl {lab.url(f'{m}.revisit.test')}\n" for m in modes)
+
+
+async def test_a_page_is_fetched_again_answered_304_then_changed_with_validators_verbatim(lab):
+    w = await lab("honest")
+    host = "honest.revisit.test"
+    page = w.web.changing[host]["/a.html"]
+    async with w.crawling(start_urls(w, "honest")) as crawler:
+        await until(lambda: any(s.status == 304 for s in w.web.answers(host, "/a.html")),
+                    "a 304 to a revisit")
+        page.change()
+        changed_at = len(w.web.answers(host, "/a.html"))
+        await until(lambda: any(s.status == 200 and s.version == 1
+                                for s in w.web.answers(host, "/a.html")[changed_at:]),
+                    "the changed page fetched")
+        await until(lambda: sum(s.status == 304 and s.version == 1
+                                for s in w.web.answers(host, "/a.html")) >= 1,
+                    "a 304 for the changed page's new ETag")
+        status = snapshot(crawler)["recrawl"]
+    answers = w.web.answers(host, "/a.html")
+    assert answers[0].if_none_match is None and answers[0].status == 200  # a first visit
+    for before, after in zip(answers, answers[1:], strict=False):
+        # each revisit sends back what the last answer with a body said, verbatim
+        if after.if_none_match is not None:
+            last_200 = [a for a in answers[:answers.index(after)] if a.status == 200][-1]
+            assert after.if_none_match == last_200.etag
+    lines = [x for x in w.log_lines() if x["url"] == w.url(host, "/a.html")]
+    kinds = [x["kind"] for x in lines]
+    assert kinds[0] == "success" and "notModified" in kinds
+    assert kinds[kinds.index("notModified"):].count("success") >= 1  # the change, seen
+    assert all("next" in x and x["next"] > x["t"] for x in lines)  # every line says when
+    # within recrawlMin..recrawlMax (an audit of a 304 is due at once: none here, too few)
+    assert all(0.2 - 0.01 <= x["next"] - x["t"] <= 0.4 + 0.01 for x in lines)
+    assert status["scheduled"] >= 2 and status["revisits"]["notModified"] >= 1
+    assert 0 < status["not_modified_share"] <= 1 and 0 < status["freshness"] <= 1
+    # a page the crawl keeps the copy of: saved again when it changed, not when it did not
+    index = (w.tmp / "save" / "d00000" / "index").read_text().splitlines()
+    saved = [x for x in index if x.endswith("/a.html")]
+    assert len(saved) == kinds.count("success")
+
+
+async def test_without_validators_the_digest_tells_an_unchanged_page(lab):
+    w = await lab("none")
+    host = "none.revisit.test"
+    async with w.crawling(start_urls(w, "none")):
+        await until(lambda: sum(x["kind"] == "unchanged" for x in w.log_lines()
+                                if x["url"] == w.url(host, "/a.html")) >= 2,
+                    "two unchanged revisits")
+    answers = w.web.answers(host, "/a.html")
+    assert all(a.if_none_match is None and a.if_modified_since is None for a in answers)
+    assert all(a.status == 200 for a in answers)
