@@ -113,11 +113,10 @@ async def test_a_page_is_fetched_again_answered_304_then_changed_with_validators
         status = snapshot(crawler)["recrawl"]
     answers = w.web.answers(host, "/a.html")
     assert answers[0].if_none_match is None and answers[0].status == 200  # a first visit
-    for before, after in zip(answers, answers[1:], strict=False):
+    for i, after in enumerate(answers[1:], start=1):
         # each revisit sends back what the last answer with a body said, verbatim
-        if after.if_none_match is not None:
-            last_200 = [a for a in answers[:answers.index(after)] if a.status == 200][-1]
-            assert after.if_none_match == last_200.etag
+        last_200 = [a for a in answers[:i] if a.status == 200][-1]
+        assert after.if_none_match == last_200.etag
     lines = [x for x in w.log_lines() if x["url"] == w.url(host, "/a.html")]
     kinds = [x["kind"] for x in lines]
     assert kinds[0] == "success" and "notModified" in kinds
@@ -143,3 +142,84 @@ async def test_without_validators_the_digest_tells_an_unchanged_page(lab):
     answers = w.web.answers(host, "/a.html")
     assert all(a.if_none_match is None and a.if_modified_since is None for a in answers)
     assert all(a.status == 200 for a in answers)
+
+
+def next_intervals(w: Lab, host: str) -> list[float]:
+    """`next - t` of the crawl log's lines of a site's /a.html."""
+    return [x["next"] - x["t"] for x in w.log_lines() if x["url"] == w.url(host, "/a.html")]
+
+
+async def test_a_last_modified_that_is_always_now_is_not_a_validator(lab):
+    w = await lab("lm-now")
+    host = "lm-now.revisit.test"
+    async with w.crawling(start_urls(w, "lm-now")):
+        await until(lambda: len(w.web.answers(host, "/a.html")) >= 4, "four fetches")
+    answers = w.web.answers(host, "/a.html")
+    # it names the second of the answer: weak (RFC 9110), never sent back; the digest decides
+    assert all(a.if_modified_since is None for a in answers)
+    kinds = [x["kind"] for x in w.log_lines() if x["url"] == w.url(host, "/a.html")]
+    assert kinds[0] == "success" and set(kinds[1:]) == {"unchanged"}
+    assert all(0.2 - 0.01 <= t <= 0.4 + 0.01 for t in next_intervals(w, host))
+
+
+async def test_an_etag_that_changes_on_every_answer_is_dropped_for_its_site(lab):
+    w = await lab("etag-churn")
+    host = "etag-churn.revisit.test"
+    async with w.crawling(start_urls(w, "etag-churn")):
+        await until(lambda: len(w.web.answers(host, "/a.html")) >= 4, "four fetches")
+    answers = sorted((s for s in w.web.served if s.host == host), key=lambda s: s.at)
+    # sent verbatim until an unchanged body under a new ETag proves it false for the site
+    # (on either page): from then on no page of the site gets one
+    asked = [a for a in answers if a.if_none_match is not None]
+    assert asked and all(any(b.etag == a.if_none_match for b in answers) for a in asked)
+    proven = answers.index(asked[0])
+    assert len(asked) <= 2 and all(a.if_none_match is None for a in answers[proven + 2:])
+    kinds = [x["kind"] for x in w.log_lines() if x["url"] == w.url(host, "/a.html")]
+    assert kinds[0] == "success" and set(kinds[1:]) == {"unchanged"}
+
+
+async def test_a_304_that_hides_a_change_is_caught_and_the_site_loses_its_validators(
+        lab, monkeypatch):
+    monkeypatch.setattr(revisits_stage, "AUDIT_EVERY", 3)
+    w = await lab("false-304")
+    host = "false-304.revisit.test"
+    page = w.web.changing[host]["/a.html"]
+    async with w.crawling(start_urls(w, "false-304")):
+        await until(lambda: sum(a.status == 304 for a in w.web.answers(host, "/a.html")) >= 1,
+                    "a first 304")
+        page.change()  # the server goes on answering 304 to conditional requests
+        await until(lambda: any(a.status == 200 and a.version == 1
+                                for a in w.web.answers(host, "/a.html")),
+                    "the change found by an unconditional check")
+        found = len(w.web.answers(host, "/a.html"))
+        await until(lambda: len(w.web.answers(host, "/a.html")) >= found + 2, "two more")
+    answers = w.web.answers(host, "/a.html")
+    first_200 = next(i for i, a in enumerate(answers) if a.status == 200 and a.version == 1)
+    assert answers[first_200].if_none_match is None  # the check went without validators
+    assert answers[first_200].if_modified_since is None
+    # from then on the site gets no validators: its 304s proved false
+    assert all(a.if_modified_since is None and a.status == 200
+               for a in answers[first_200 + 1:])
+    kinds = [x["kind"] for x in w.log_lines() if x["url"] == w.url(host, "/a.html")]
+    assert "success" in kinds[1:] and kinds[-1] == "unchanged"
+
+
+async def test_last_modified_of_one_second_resolution_never_hides_a_change(lab):
+    w = await lab("lm-coarse")
+    host = "lm-coarse.revisit.test"
+    page = w.web.changing[host]["/a.html"]
+    page.change()  # its Last-Modified names this second
+    async with w.crawling(start_urls(w, "lm-coarse")):
+        for _ in range(6):  # changes within the second of its Last-Modified, while crawled
+            await until(lambda n=len(w.web.answers(host, "/a.html")):
+                        len(w.web.answers(host, "/a.html")) > n, "one more fetch")
+            page.change()
+    answers = w.web.answers(host, "/a.html")
+    seen = -1
+    for a in answers:  # a 304 only ever for the version the crawler had (none here)
+        if a.status == 304:
+            assert a.version == seen
+        else:
+            seen = a.version
+    # a Last-Modified under a second before the answer's Date is not sent back
+    assert sum(a.if_modified_since is None for a in answers) >= len(answers) - 2
