@@ -210,9 +210,8 @@ async def test_last_modified_of_one_second_resolution_never_hides_a_change(lab):
     page = w.web.changing[host]["/a.html"]
     page.change()  # its Last-Modified names this second
     async with w.crawling(start_urls(w, "lm-coarse")):
-        for _ in range(6):  # changes within the second of its Last-Modified, while crawled
-            await until(lambda n=len(w.web.answers(host, "/a.html")):
-                        len(w.web.answers(host, "/a.html")) > n, "one more fetch")
+        for n in range(1, 7):  # changes within the second of its Last-Modified, while crawled
+            await until(lambda n=n: len(w.web.answers(host, "/a.html")) > n, "one more fetch")
             page.change()
     answers = w.web.answers(host, "/a.html")
     seen = -1

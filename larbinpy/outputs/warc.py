@@ -262,9 +262,12 @@ class WarcOutput(Archive):
         revisit = page.revisit
         assert revisit is not None
         digest = "sha1:" + base64.b32encode(revisit.payload_digest).decode("ascii")
+        # a 304's record has no block: its headers would replay (pywb) as a 304 without a
+        # body instead of the original capture it stands for
         record = self.writer.create_revisit_record(
             page.url, digest, revisit.refers_to_uri, warc_date(revisit.refers_to_date),
-            http_headers=http_headers, warc_headers_dict=extra)
+            http_headers=http_headers if revisit.profile != "server-not-modified" else None,
+            warc_headers_dict=extra)
         record.rec_headers.replace_header("WARC-Profile", REVISIT_PROFILE + revisit.profile)
         return record
 
