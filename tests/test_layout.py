@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
     # StatusSource, so it sits below stages and crawler and may import neither
     ("outputs", "daemon"),
     ("stages",),  # the pipeline stages
+    ("node",),  # the seams as one object: the embedded node (a cluster's implements it too)
     ("cluster",),  # Redis scale-out, hooked into the stages by the crawler
     ("crawler",),  # builds and wires everything
     ("cli",),

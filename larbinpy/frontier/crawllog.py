@@ -63,7 +63,9 @@ def _line(job: Job, kind: Outcome, status: int | None, nbytes: int, ms: int,
 class CrawlLog:
     """Final lines of jobs: the operator's crawl log (when `path` is set) and the done-record."""
 
-    def __init__(self, path: Path | None, done_path: Path, resume: bool) -> None:
+    def __init__(self, path: Path | None, done_path: Path, resume: bool, *,
+                 before_flush: Callable[[], None] | None = None,
+                 on_record: Callable[[Job, Outcome, int | None], None] | None = None) -> None:
         """`resume`: read the done-record left by the previous run into `skip`."""
         self.path = path
         self.done_path = done_path
@@ -80,10 +82,10 @@ class CrawlLog:
         # run before the done-record is written: whatever a finished job left for later in
         # this turn (the parser's held pages: links to the FIFOs, pages to the outputs) must
         # be out first, or a kill between the two would lose it
-        self.before_flush: Callable[[], None] | None = None
+        self.before_flush = before_flush
         # told every final outcome (job, kind, HTTP status), crawlLog set or not: the status
         # page's last failures (daemon.status.RecentFailures); must be cheap and not raise
-        self.on_record: Callable[[Job, Outcome, int | None], None] | None = None
+        self.on_record = on_record
         # recrawl (stages/revisits.py): told every page's final outcome and what its fetch
         # observed, it schedules the page again and returns when it is due (None: not at all)
         self.scheduler: Callable[[Job, Outcome, Any], float | None] | None = None

@@ -90,6 +90,8 @@ class Reader:
         sites: Sites,
         crawl_log: CrawlLog,
         memory: DocumentMemory,
+        session: LazySession,
+        http1: Http1Client | None,
     ) -> None:
         self.cfg, self.stats, self.normalizer = cfg, stats, normalizer
         self.memory = memory  # bodies take their bytes from it, the parser gives them back
@@ -98,8 +100,8 @@ class Reader:
         self.limiter = limiter
         self.contents = contents  # noDup: digests of bodies already seen
         self.keep_raw = keep_raw  # an archival output wants the bytes as received
-        self.session: LazySession | None = None
-        self.http1: Http1Client | None = None  # plain http:// without a proxy (http1.py)
+        self.session = session
+        self.http1 = http1  # plain http:// without a proxy (http1.py)
         # a job a site asked us to retry (429/503) goes back to its site's queue
         self.sites = sites
         self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites)
@@ -162,7 +164,6 @@ class Reader:
                        headers: dict[str, str] | None = None) -> Outcome:
         """Send the request (with `headers` besides the usual ones: a revisit's validators)
         and read the response: the outcome kind."""
-        assert self.session is not None
         if self.cookies is not None:
             cookie = self.cookies.header(site.key, _path(job.url, site.key))
             if cookie:

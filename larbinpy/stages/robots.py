@@ -193,15 +193,16 @@ class Robots:
 
     def __init__(
         self, cfg: Config, stats: Stats, sites: Sites, policy: NetworkPolicy, *,
+        session: LazySession, http1: Http1Client | None, memory: DocumentMemory,
         record: Callable[[Page], None] | None = None,
         on_sitemaps: Callable[[str, list[str], int], None] | None = None,
         store: VerdictStore | None = None,
     ) -> None:
         self.cfg, self.stats, self.sites = cfg, stats, sites
-        self.session: LazySession | None = None
+        self.session = session
         # plain http:// without a proxy (http1.py): its keep-alive connection then serves the
         # site's first pages too
-        self.http1: Http1Client | None = None
+        self.http1 = http1
         self.agent = product_token(cfg.user_agent)
         self.shared = SharedRules()
         # host names are checked by the crawl's resolver; IP literals must be checked here
@@ -213,7 +214,7 @@ class Robots:
         # verdicts outliving this process (stateDir, or Redis in a cluster); None: memory only
         self.store = store
         # the process's document memory: a robots.txt body holds its bytes until parsed
-        self.memory: DocumentMemory | None = None
+        self.memory = memory
         # one request per robots.txt URL: an apex's robots.txt redirecting to its www.'s is
         # the www. site's answer too, for robotsTtl
         self.answers = RecentAnswers(cfg.robots_ttl)
@@ -248,15 +249,13 @@ class Robots:
 
     async def fetch(self, site: Site) -> None:
         """Fetch and parse the site's robots.txt, or plan a retry."""
-        assert self.session is not None
         if self.store is not None:
             verdict = await self.store.lookup(site.key)
             if verdict is not None and self._adopt(site, verdict,
                                                    asyncio.get_running_loop().time()):
                 return
         self.stats.robots_fetches += 1
-        held = (None if self.memory is None
-                else self.memory.reservation(time.monotonic() + self.cfg.timeout_total))
+        held = self.memory.reservation(time.monotonic() + self.cfg.timeout_total)
         try:
             status, data, wait = await self._get(site.key + "/robots.txt", held)
             now = asyncio.get_running_loop().time()
@@ -267,8 +266,7 @@ class Robots:
             else:
                 self._failed(site, now, wait, status)
         finally:
-            if held is not None:  # parsed (or failed): its memory goes back
-                held.release()
+            held.release()  # parsed (or failed): its memory goes back
 
     async def _get(self, url: str, held: Reservation | None = None,
                    ) -> tuple[int | None, bytes, float | None]:
@@ -282,7 +280,6 @@ class Robots:
                     return status, data, wait
                 url = target
         except Exception as exc:  # noqa: BLE001 - a failure, unless it is a bug (re-raised)
-            assert self.session is not None
             kind = failure_kind(exc, self.session)
             if kind is Outcome.tlsError:
                 return TLS_FAILED, b"", None
@@ -294,7 +291,6 @@ class Robots:
     async def _get_one(self, url: str, held: Reservation | None = None,
                        ) -> tuple[int | None, bytes, str | None, float | None]:
         """One request: (status, body, redirect target or None, Retry-After seconds or None)."""
-        assert self.session is not None
         target = URL(url)
         literal = ip_literal(target.raw_host or "")
         if literal is not None and not self.policy.allowed(literal):
