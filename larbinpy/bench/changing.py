@@ -58,11 +58,12 @@ ROBOTS_TXT = f"User-agent: *\nDisallow: {CONTROL}\n"
 IP_BASE = "127.0.4.0"  # hosts get 127.0.4.1, .2 ...: one IP each, apart from the bench web's
 BIRTH = 1000.0  # version 0 was made this many seconds before the server started
 # (share of pages, lowest rate, highest rate) in changes a second: log-uniform within a band.
+# Uniform revisiting at 4 fetches a second a host of 40 pages reaches about 0.93 of the optimum.
 RATE_MIXTURE: tuple[tuple[float, float, float], ...] = (
     (0.15, 0.0, 0.0),  # static
-    (0.35, 1 / 600, 1 / 60),
-    (0.30, 1 / 60, 1 / 6),
-    (0.20, 1 / 6, 4.0),  # several changes a second at the top
+    (0.25, 1 / 600, 1 / 60),
+    (0.35, 1 / 60, 1 / 5),
+    (0.25, 1 / 5, 5.0),  # several changes a second at the top
 )
 FILLER_WORDS = ("fresh stale copy version change revisit crawl page site budget rate "
                 "interval poisson lambda schedule validator etag modified").split()
