@@ -18,7 +18,8 @@ the crawler itself adds on top of fetching. The crawl runs first because peak RS
 
 Other modes: `--nodes` (clusters of processes, `cluster.py`) and `--micro`, `--frontier`,
 `--hashset` (one structure alone, `micro.py`), `--seen` (the seen-set alone, `seen_bench`),
-`--shared-ip` (thousands of hosts on one IP: does the crawl keep its pace, `shared_ip_bench`).
+`--shared-ip` (thousands of hosts on one IP: does the crawl keep its pace, `shared_ip_bench`),
+`--recrawl` (how fresh the daemon keeps a copy of a changing web, `recrawl.py`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import Any
 
 import aiohttp
 
+from larbinpy.bench import recrawl
 from larbinpy.bench.harness import HASH_BITS, HASH_FUNCTIONS, SynthServer
 from larbinpy.bench.synth import PAGE_SHAPES, host_ip, host_name, synth_urls
 from larbinpy.config import parse_int
@@ -392,6 +394,7 @@ def parser() -> argparse.ArgumentParser:
                    help="crawl and floor R times, alternating, against one server; report "
                         "the pair with the median CPU ratio and every pair's range (with "
                         "--nodes: every configuration R times, interleaved; the medians) [1]")
+    recrawl.add_options(p)
     return p
 
 
@@ -708,6 +711,10 @@ def run_and_report(
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `larbinpy bench`; 0 on success, 1 if the server or the crawl fails."""
     args = parser().parse_args(argv)
+    if args.recrawl:  # its own defaults for the options it shares (pages, wait, per-host...)
+        p = parser()
+        p.set_defaults(**recrawl.DEFAULTS)
+        args = p.parse_args(argv)
     if args.micro or args.frontier or args.hashset or args.seen:
         return state_bench(args)
     setup_logging(-1)  # warnings only: logging must not cost the crawl CPU
@@ -715,4 +722,6 @@ def main(argv: list[str] | None = None) -> int:
         return nodes_bench(args)
     if args.shared_ip:
         return run_and_report(args, shared_ip_bench, shared_ip_text)
+    if args.recrawl:
+        return run_and_report(args, recrawl.recrawl_bench, recrawl.report_text)
     return run_and_report(args, bench, report_text)
