@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
+import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,12 +73,14 @@ async def lab(tmp_path: Path) -> AsyncIterator[Callable[..., object]]:
     """Factory: a RevisitWeb of one site per mode given, each with pages `/` and `/a.html`."""
     started: list[tuple[RevisitWeb, DnsServer]] = []
 
-    async def make(*modes: str) -> Lab:
+    async def make(*modes: str, more: int = 0) -> Lab:
         sites, pages, by_host = [], {}, {}
         for i, mode in enumerate(modes):
             host = f"{mode}.revisit.test"
             sites.append(Site(host, f"127.0.5.{i + 1}"))
-            pages[host] = {"/": ChangingPage(links=("/a.html",)), "/a.html": ChangingPage()}
+            others = [f"/p{j}.html" for j in range(more)]  # more pages, never changing
+            pages[host] = {"/": ChangingPage(links=("/a.html", *others)),
+                           "/a.html": ChangingPage(), **{p: ChangingPage() for p in others}}
             by_host[host] = mode
         web = RevisitWeb(sites, by_host, pages)
         await web.start()
@@ -222,3 +227,126 @@ async def test_last_modified_of_one_second_resolution_never_hides_a_change(lab):
             seen = a.version
     # a Last-Modified under a second before the answer's Date is not sent back
     assert sum(a.if_modified_since is None for a in answers) >= len(answers) - 2
+
+
+async def test_warc_revisit_records_pass_warcio_and_pywb_replays_every_capture(lab):
+    from replay import Pywb, pywb_bin
+    from test_warc import check
+
+    w = await lab("honest", "none")
+    honest, plain = "honest.revisit.test", "none.revisit.test"
+    page = w.web.changing[honest]["/a.html"]
+    # captures a second apart at least: pywb tells captures apart by their second
+    slow = "recrawlMin 1.1\nrecrawlMax 1.2\noutput warc\noutput mirror\noutput links\n"
+    async with w.crawling(start_urls(w, "honest", "none") + slow):
+        await until(lambda: any(a.status == 304 for a in w.web.answers(honest, "/a.html")),
+                    "a 304", timeout=20)
+        for version in (1, 2):  # changed twice
+            page.change()
+            await until(lambda v=version: any(a.status == 200 and a.version == v
+                                              for a in w.web.answers(honest, "/a.html")),
+                        f"version {version} fetched", timeout=20)
+        await until(lambda: sum(x["kind"] == "unchanged" for x in w.log_lines()
+                                if x["url"] == w.url(plain, "/a.html")) >= 1,
+                    "an unchanged 200", timeout=20)
+    warcs = sorted((w.tmp / "save").glob("*.warc.gz"))
+    check(warcs)  # warcio check: every digest verified
+    # mirror holds the last version; links saw each version with a body, not the revisits
+    mirrored = next(p for p in (w.tmp / "save").rglob("a.html") if honest in str(p)).read_text()
+    assert "version 2" in mirrored
+    links = [json.loads(x) for x in (w.tmp / "save" / "links.jsonl").read_text().splitlines()]
+    assert sum(x["url"] == w.url(honest, "/a.html") for x in links) == 3
+    if pywb_bin() is None:
+        pytest.skip("pywb is not installed (make .venv-pywb): replay not checked")
+    work = w.tmp / "pywb"
+    work.mkdir()
+    with Pywb(warcs, work) as pywb:
+        for host in (honest, plain):
+            url = w.url(host, "/a.html")
+            captures = pywb.replay_all(url)
+            kept = [a for a in w.web.answers(host, "/a.html")]
+            assert len(captures) == len(kept)
+            last = None
+            for (capture, status, body), served in zip(captures, kept, strict=True):
+                version = served.version if served.status == 200 else last
+                last = version
+                assert status == 200 and f"version {version}</p>".encode() in body, capture
+            assert {c.mime == "warc/revisit" for c, _, _ in captures} == {False, True}
+
+
+async def crawler_process(w: Lab, conf: Path) -> asyncio.subprocess.Process:
+    """larbinpy as a child process (so it can be killed for real)."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "larbinpy", "-c", str(conf), "-q",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, cwd=w.tmp)
+
+
+def early_fetches(w: Lab, host: str, since: float) -> list[str]:
+    """Requests after `since` to a page before the due time the crawl log gave it last
+    before `since` (a granularity of slack): fetched before its time."""
+    due: dict[str, float] = {}
+    for x in w.log_lines():
+        if x["t"] < since and "next" in x:
+            due[x["url"]] = x["next"]
+    early, first = [], set()
+    for a in sorted(w.web.served, key=lambda a: a.at):
+        url = w.url(host, a.path)
+        if a.at < since or url in first:
+            continue
+        first.add(url)
+        if a.at < due.get(url, 0) - 0.1:
+            early.append(f"{a.path} at {a.at - since:.2f} s, due {due[url] - since:.2f} s")
+    return early
+
+
+async def test_schedules_resume_after_kill_9_and_sigterm_keeps_them(lab):
+    w = await lab("honest", more=8)
+    host = "honest.revisit.test"
+    conf = w.tmp / "larbin.conf"
+    conf.write_text(w.conf(start_urls(w, "honest") + "recrawlMin 0.6\nrecrawlMax 1.2\n"
+                           "checkpointInterval 0.3\npagesConnexions 2\n"))
+    pages = 10
+    procs: list[asyncio.subprocess.Process] = []
+
+    async def start() -> asyncio.subprocess.Process:
+        procs.append(await crawler_process(w, conf))
+        return procs[-1]
+
+    async def sigterm(proc: asyncio.subprocess.Process) -> None:
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, err.decode()
+
+    def first_after(since: float) -> list[str | None]:
+        """If-None-Match of each page's first request after `since`."""
+        firsts: dict[str, str | None] = {}
+        for a in sorted(w.web.served, key=lambda a: a.at):
+            if a.at > since:
+                firsts.setdefault(a.path, a.if_none_match)
+        return list(firsts.values())
+
+    try:
+        proc = await start()
+        await until(lambda: len(w.web.served) >= 3 * pages, "three rounds of fetches")
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+        killed = time.time()
+        proc = await start()
+        await until(lambda: sum(a.at > killed for a in w.web.served) >= 2 * pages,
+                    "two rounds after the restart")
+        # no page fetched before its due time, but for the fetches in flight at the kill
+        assert len(early_fetches(w, host, killed)) <= 2, early_fetches(w, host, killed)
+        # every page comes back as a revisit with its validators (no first pass again)
+        assert None not in first_after(killed) and len(first_after(killed)) == pages
+        await sigterm(proc)
+        stopped = time.time()
+        proc = await start()
+        await until(lambda: sum(a.at > stopped for a in w.web.served) >= pages, "a round more")
+        await sigterm(proc)
+        assert early_fetches(w, host, stopped) == []  # a clean stop keeps every schedule
+        assert None not in first_after(stopped) and len(first_after(stopped)) == pages
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
