@@ -146,7 +146,7 @@ class Crawler:
         # a page is popped at most a granularity late: a small share of recrawlMin
         schedule = Schedule(self.state.schedule_dir,
                             tuple(saved) if isinstance(saved, list) else None,  # type: ignore[arg-type]
-                            granularity=min(GRANULARITY, max(0.01, self.cfg.recrawl_min / 8)))
+                            granularity=min(GRANULARITY, max(0.01, self.cfg.recrawl_min / 16)))
         revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed)
         self.reader.revisits = revisits
         self.crawl_log.scheduler = revisits.schedule_page

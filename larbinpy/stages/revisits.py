@@ -289,16 +289,19 @@ class Revisits:
             if job.kind is not JobKind.REVISIT:
                 return None  # never fetched: nothing to revisit
             if kind not in RETRIED:  # robots.txt forbids it now...: out of the rotation
-                self.schedule.drop(job.url)
+                self._leave(job, site, self.schedule.get(job.url))
                 return None
             answer = Answer(self.schedule.get(job.url))
         if kind in GOOD and site is not None:
             visit = self._observed(job, kind, answer, site, now)
         elif kind in RETRIED:
             visit = self._failed(job, answer.prior, answer.status, now)
+            if site is not None:  # its site's budget counts what the page now costs
+                self.site_state(site).budget.account(_interval_of(answer.prior),
+                                                     visit.due - now)
         else:  # a rule keeps it from being fetched (robots.txt...), or not a page we keep
             if job.kind is JobKind.REVISIT:
-                self.schedule.drop(job.url)  # it leaves the rotation
+                self._leave(job, site, answer.prior)
             return None
         self.schedule.put(visit)
         return visit.due
@@ -315,12 +318,11 @@ class Revisits:
         strong_lm = answer.last_modified if _strong(lm_time, answer.date, now) else None
         stats = freshness.observe(prior.stats if prior else b"", now,
                                   prior.fetched_at if prior else 0.0, changed, lm_time,
-                                  state.lm_trusted and strong_lm is not None)
+                                  state.lm_trusted and strong_lm is not None,
+                                  prior=1.0 / self.lo)
         rate = freshness.rate(stats, prior=1.0 / self.lo)
-        old = prior.due - prior.fetched_at if prior is not None and prior.fetched_at else None
         state.budget.capacity = self._capacity(site)  # its delay may have changed
-        interval = state.budget.schedule(rate, self.lo, self.hi,
-                                         old if old is not None and old > 0 else None)
+        interval = state.budget.schedule(rate, self.lo, self.hi, _interval_of(prior))
         self._note_freshness(freshness.freshness(rate, interval))
         if kind is Outcome.notModified:
             if state.not_modified % AUDIT_EVERY == AUDIT_EVERY - 1:
@@ -356,6 +358,12 @@ class Revisits:
                 state.lm_trusted = False
                 log.info("recrawl: %s changes its Last-Modified on an unchanged page: not "
                          "trusted any more", site_key(job.url))
+
+    def _leave(self, job: Job, site: Site | None, prior: Visit | None) -> None:
+        """A page leaves the rotation (a rule forbids it now, or it is no page we keep)."""
+        self.schedule.drop(job.url)
+        if site is not None and prior is not None:
+            self.site_state(site).budget.account(_interval_of(prior), None)
 
     def _failed(self, job: Job, prior: Visit | None, status: int, now: float) -> Visit:
         """The history after a failure: due again on the failures' longer schedule."""
@@ -406,6 +414,14 @@ class Revisits:
             return None
         profile = NOT_MODIFIED if kind is Outcome.notModified else IDENTICAL
         return Revisit(profile, url, prior.captured_at, prior.digest)
+
+
+def _interval_of(visit: Visit | None) -> float | None:
+    """The interval a page was last scheduled at (None: new to the schedule), for its site's
+    budget: the demand it counted."""
+    if visit is None or not visit.fetched_at or visit.due <= visit.fetched_at:
+        return None
+    return visit.due - visit.fetched_at
 
 
 def _http_time(value: str | None) -> float | None:
