@@ -413,7 +413,7 @@ class Crawler:
         self._commit(*snapshot)
 
     def _snapshot(self) -> tuple[dict[int, Position], dict[str, Position], list[Job], int,
-                                 object]:
+                                 tuple[int, int, int] | None]:
         """Flush and sync the outputs (those not taken) and the queues; then cursors and the
         jobs only memory holds, as of this moment."""
         # Order matters: pages read but not parsed go on first (their links to the frontier,
@@ -439,14 +439,15 @@ class Crawler:
                 done, schedule)
 
     def _commit(self, frontier: dict[int, Position], spill: dict[str, Position],
-                jobs: list[Job], done: int, schedule: object = None) -> None:
+                jobs: list[Job], done: int, schedule: tuple[int, int, int] | None = None
+                ) -> None:
         """Write the checkpoint, then release the files before its cursors and the
         done-record's URLs it covers."""
         self.state.write_checkpoint(frontier, spill, jobs, self.stats.urls_seen, schedule)
         self.crawl_log.checkpointed(done)
         self.frontier.release(frontier)
         self.spill.release(spill)
-        if self.revisits is not None:
+        if self.revisits is not None and schedule is not None:
             self.revisits.schedule.release(schedule)
 
     async def _tick(self) -> None:
