@@ -350,3 +350,61 @@ async def test_schedules_resume_after_kill_9_and_sigterm_keeps_them(lab):
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+def sitemap(lab: Lab, host: str, lastmod: float) -> str:
+    """A urlset listing /a.html with a lastmod."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(lastmod))
+    return ('<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+            f"<url><loc>{lab.url(host, '/a.html')}</loc><lastmod>{stamp}</lastmod></url>"
+            "</urlset>")
+
+
+async def test_a_sitemap_lastmod_makes_a_page_due_until_it_proves_false(lab):
+    from larbinpy.demo import Page
+
+    w = await lab("honest", more=3)
+    host = "honest.revisit.test"
+    site = w.web.sites[host]
+    site.pages["/robots.txt"] = Page(f"Sitemap: {w.url(host, '/sitemap.xml')}\n",
+                                     content_type="text/plain")
+    site.pages["/sitemap.xml"] = Page(sitemap(w, host, time.time() - 7200),
+                                      content_type="application/xml")
+    page = w.web.changing[host]["/a.html"]
+
+    def a_fetches() -> int:
+        return len(w.web.answers(host, "/a.html"))
+
+    def sitemap_reads() -> int:
+        return sum(x.path == "/sitemap.xml" for x in w.web.hits)
+
+    # revisits far off: only a lastmod makes /a.html due within the test; robots.txt (and so
+    # the sitemap) is read again each time the site has work after robotsTtl
+    slow = "recrawlMin 30\nrecrawlMax 60\nrobotsTtl 0.2\ndepthInSite 0\n"
+    async with w.crawling(f"startUrl {w.url(host, '/a.html')}\n" + slow) as crawler:
+        await until(lambda: a_fetches() == 1 and sitemap_reads() == 1, "the first pass")
+        for n, (changes, expect) in enumerate([(True, 200), (False, 304)]):
+            if changes:
+                page.change()
+            site.pages["/sitemap.xml"] = Page(sitemap(w, host, time.time() + 2),
+                                              content_type="application/xml")
+            await asyncio.sleep(0.25)  # robotsTtl runs out (a condition on the clock)
+            crawler.input.submit([w.url(host, f"/p{n}.html")])  # work for the site
+            await until(lambda n=n: a_fetches() == n + 2, f"lastmod {n + 1} acted on")
+            assert w.web.answers(host, "/a.html")[-1].status == expect
+        # the second lastmod was false (a 304): the site's lastmods are not trusted any more
+        page.change()
+        site.pages["/sitemap.xml"] = Page(sitemap(w, host, time.time() + 2),
+                                          content_type="application/xml")
+        def sitemap_lines() -> int:
+            return sum(x["url"].endswith("/sitemap.xml") for x in w.log_lines())
+
+        before = sitemap_lines()
+        await asyncio.sleep(0.25)
+        crawler.input.submit([w.url(host, "/p2.html")])
+        # its line is written after its lastmods were checked
+        await until(lambda: sitemap_lines() > before, "the sitemap read again")
+        assert w.url(host, "/a.html") not in crawler.revisits.claims
+        site_record = crawler.sites.by_key[w.url(host, "/")[:-1]]
+        assert crawler.revisits.site_state(site_record).lastmod_trusted is False
+    assert a_fetches() == 3

@@ -226,7 +226,8 @@ class Reader:
             page = await self._page(site, job, resp, ex, SITEMAP_MAX_BYTES, truncate=True)
             if self.keep_raw:  # archived like robots.txt, not as a page of the crawl
                 self.parser.pass_on(self.outputs.record_robots, page)
-            return take_sitemap(job, page.body, self.input, self.stats)
+            return take_sitemap(job, page.body, self.input, self.stats,
+                                None if self.revisits is None else self.revisits.lastmod)
         if not self._wanted_type(resp.content_type, job.url):
             return Outcome.badType
         page = await self._page(site, job, resp, ex)

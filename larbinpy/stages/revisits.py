@@ -31,8 +31,9 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from email.utils import parsedate_to_datetime
@@ -54,6 +55,7 @@ POP_EVERY = 0.5  # seconds between two looks for due visits (at most; less with 
 AUDIT_EVERY = 8  # a site's every 8th 304 is checked by an unconditional fetch
 FAILURE_BACKOFF = 2.0  # a failed page is due again after twice the time since its last answer
 FIRST_FAILURE = 4.0  # ... or this many recrawlMin when it never answered
+CLAIMS_KEPT = 100_000  # sitemap lastmods awaiting the fetch that checks them
 FRESHNESS_SAMPLES = 10_000  # pages whose expected freshness makes the crawl's estimate
 NOT_MODIFIED = "server-not-modified"
 IDENTICAL = "identical-payload-digest"
@@ -70,6 +72,7 @@ class SiteRecrawl:
     etag_trusted: bool = True
     lm_trusted: bool = True  # Last-Modified: sent, and fed to the estimator
     validators_trusted: bool = True  # False once a 304 hid a change
+    lastmod_trusted: bool = True  # sitemap <lastmod>: False once one proved false
     not_modified: int = 0  # 304s answered, for AUDIT_EVERY
     next_at: float = 0.0  # loop time before which no revisit of it is fed (recrawlShare)
 
@@ -128,6 +131,8 @@ class Revisits:
         self.queued: dict[str, int] = {}  # revisit jobs in a site's queue or in flight
         self.audits: set[str] = set()  # URLs whose next fetch checks a 304 (no validators)
         self.revisits: dict[str, int] = {}  # revisits' outcomes, by kind
+        # sitemap <lastmod>s that made a page due, until its fetch proves them true or false
+        self.claims: OrderedDict[str, float] = OrderedDict()
         self._fresh: deque[float] = deque(maxlen=FRESHNESS_SAMPLES)
         self._fresh_sum = 0.0
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -313,6 +318,8 @@ class Revisits:
         state = self.site_state(site)
         if prior is not None:
             self._audit(job, kind, answer, state, prior)
+            if self.claims:
+                self._check_claim(job.url, kind, prior, state)
         changed = prior is not None and kind is Outcome.success
         lm_time = _http_time(answer.last_modified)
         strong_lm = answer.last_modified if _strong(lm_time, answer.date, now) else None
@@ -386,6 +393,32 @@ class Revisits:
             self._fresh_sum -= self._fresh[0]
         self._fresh.append(value)
         self._fresh_sum += value
+
+    # --- sitemaps ---
+
+    def lastmod(self, url: str, when: float) -> None:
+        """A sitemap lists `url` as modified at `when`: due now if that is after its last fetch
+        and its site's lastmods have not proved false (the fetch then checks this claim)."""
+        site = self.sites.by_key.get(site_key(url))
+        if site is not None and not self.site_state(site).lastmod_trusted:
+            return
+        if len(self.claims) >= CLAIMS_KEPT:
+            self.claims.popitem(last=False)
+        visit = self.schedule.get(url)
+        # a lastmod names a second: it must be past the fetch's second to say anything
+        if visit is not None and visit.fetched_at and when >= math.floor(visit.fetched_at) + 1:
+            self.claims[url] = when
+            self.force(url)
+
+    def _check_claim(self, url: str, kind: Outcome, prior: Visit, state: SiteRecrawl) -> None:
+        """A page a sitemap's lastmod made due was fetched: a false claim ends the trust."""
+        claim = self.claims.pop(url, None)
+        if claim is None or claim <= prior.fetched_at or kind is Outcome.success:
+            return
+        if state.lastmod_trusted:
+            log.info("recrawl: %s lists %s as modified, but it was not: its sitemap lastmod "
+                     "values are not trusted any more", site_key(url), url)
+        state.lastmod_trusted = False
 
     # --- operators ---
 
