@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import until
+from conftest import free_port, until
 from revisitweb import ChangingPage, RevisitWeb
 
 from larbinpy.config import parse_config
@@ -408,3 +408,25 @@ async def test_a_sitemap_lastmod_makes_a_page_due_until_it_proves_false(lab):
         site_record = crawler.sites.by_key[w.url(host, "/")[:-1]]
         assert crawler.revisits.site_state(site_record).lastmod_trusted is False
     assert a_fetches() == 3
+
+
+async def test_submit_force_makes_a_known_page_due_now(lab):
+    w = await lab("honest")
+    host = "honest.revisit.test"
+    url = w.url(host, "/a.html")
+    http = free_port()
+    async with w.crawling(start_urls(w, "honest") + f"recrawlMin 30\nrecrawlMax 60\n"
+                          f"inputPort {http}\n") as crawler:
+        await until(lambda: len(w.web.answers(host, "/a.html")) == 1, "the first pass")
+        await until(lambda: crawler.revisits.schedule.get(url) is not None, "scheduled")
+        await until(lambda: crawler.crawl_log.pending is False, "its line written")
+        run = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "larbinpy", "submit", "--port", str(http), "--force", url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(run.communicate(), 30)
+        assert run.returncode == 0, (out, err)
+        await until(lambda: len(w.web.answers(host, "/a.html")) == 2, "fetched again at once")
+        # a revisit (validators sent), not a second first visit
+        assert w.web.answers(host, "/a.html")[1].if_none_match is not None
+        kinds = [x["kind"] for x in w.log_lines() if x["url"] == url]
+        assert kinds == ["success", "notModified"]
