@@ -163,6 +163,8 @@ class Crawler:
             cfg.state_dir,
             {"hashSize": cfg.hash_size, "hashFunctions": cfg.hash_functions},
             scratch or not local,
+            # a cluster node keeps its recrawl schedule: it owns those pages' sites
+            keep=() if scratch else ("schedule",),
         )
         # a cluster's seen-set is in Redis; the local bitmap is only its cache (cluster/)
         self.seen = open_seen_set(self.state.bitmap_path("seen"), cfg.hash_size,

@@ -193,9 +193,15 @@ class Revisits:
             self.pending -= 1
             if not fifo:
                 del self.waiting[key]
+            job = Job(visit.url, visit.depth, visit.priority, tag=visit.tag,
+                      kind=JobKind.REVISIT)
+            if self.sites.forward(key, job):
+                # a cluster: its site is another node's now; the job went there, and the
+                # owner schedules the page from its fetch on (`prepare`: unknown there)
+                self.schedule.drop(visit.url)
+                continue
             self.queued[key] = self.queued.get(key, 0) + 1
-            self.sites.enqueue(Job(visit.url, visit.depth, visit.priority, tag=visit.tag,
-                                   kind=JobKind.REVISIT), loop.time())
+            self.sites.enqueue(job, loop.time())
             self.on_fed()
 
     def _feed_at(self, key: str, at: float, loop: asyncio.AbstractEventLoop) -> None:
@@ -244,7 +250,9 @@ class Revisits:
         the job is stale (the page was fetched and scheduled again since it was popped, e.g.
         a checkpoint's job replayed after a kill): then it must not be fetched."""
         visit = self.schedule.get(job.url)
-        if visit is None or visit.due > time.time():
+        if visit is None:  # handed over by another cluster node: a first visit here
+            return Answer(None), {}
+        if visit.due > time.time():
             self.release(job)
             return None, {}
         answer = Answer(visit, audit=job.url in self.audits)
