@@ -430,3 +430,24 @@ async def test_submit_force_makes_a_known_page_due_now(lab):
         assert w.web.answers(host, "/a.html")[1].if_none_match is not None
         kinds = [x["kind"] for x in w.log_lines() if x["url"] == url]
         assert kinds == ["success", "notModified"]
+
+
+async def test_never_fetched_urls_go_before_due_revisits(lab):
+    w = await lab("honest", more=12)
+    host = "honest.revisit.test"
+    new = [w.url(host, f"/p{i}.html") for i in range(12)]
+    # the seed alone first (depth 0: its links are not followed)
+    async with w.crawling(f"startUrl {w.url(host, '/a.html')}\nwaitDuration 0.05\n"
+                          "depthInSite 0\n") as crawler:
+        await until(lambda: len(w.web.answers(host, "/a.html")) >= 3, "revisits going on")
+        submitted = time.time()
+        assert crawler.input.submit(new).accepted == 12
+        await until(lambda: all(any(w.url(host, s.path) == u for s in w.web.served)
+                                for u in new), "the new URLs fetched")
+        last_new = max(s.at for s in w.web.served if w.url(host, s.path) in new)
+    revisits = [s for s in w.web.answers(host, "/a.html") if submitted < s.at < last_new]
+    # the 12 new URLs took over 0.55 s (waitDuration apart), over two revisit intervals: at
+    # most the revisit already queued when they came went before them
+    assert last_new - submitted >= 0.55 and len(revisits) <= 1, revisits
+    gaps = [b.at - a.at for a, b in zip(w.web.served, w.web.served[1:], strict=False)]
+    assert min(gaps) >= 0.05 - 0.005  # waitDuration holds between revisits and new URLs
