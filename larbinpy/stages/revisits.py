@@ -20,9 +20,11 @@ until it proves false (`SiteRecrawl`), and the payload digest decides whenever a
   again, and its Last-Modified no longer feeds the estimator;
 - a Last-Modified less than a second before the answer's Date is weak (RFC 9110 8.8.2.2: the
   page may change again within that second): not kept as a validator;
-- a 304 that hid a change: every AUDIT_EVERY-th 304 of a site is checked by fetching the page
-  again at once without validators; a body whose digest differs proves the 304 false, and
-  the site gets no validators from then on.
+- a 304 that hid a change: after AUDIT_EVERY 304s of a site, the next 304 of a page unlikely
+  to change within the check's delay (its estimated rate says so, AUDIT_RISK) is checked by
+  fetching the page again at once without validators; a body whose digest differs, when a
+  change that soon was unlikely, is a strike, and after AUDIT_STRIKES the site gets no
+  validators from then on (a page that changes often cannot tell a lie from a change).
 """
 
 from __future__ import annotations
@@ -52,7 +54,9 @@ log = logging.getLogger("larbinpy.recrawl")
 PENDING_MAX = 10_000  # visits popped and waiting for their site, at most
 PER_SITE_MAX = 64  # ... of one site; more of its due visits are put back a little later
 POP_EVERY = 0.5  # seconds between two looks for due visits (at most; less with recrawlMin)
-AUDIT_EVERY = 8  # a site's every 8th 304 is checked by an unconditional fetch
+AUDIT_EVERY = 8  # after 8 304s of a site, the next one is checked by an unconditional fetch
+AUDIT_RISK = 0.05  # ... of a page whose estimated chance of changing before the check is less
+AUDIT_STRIKES = 2  # audits finding a hidden change before the site's validators are dropped
 FAILURE_BACKOFF = 2.0  # a failed page is due again after twice the time since its last answer
 FIRST_FAILURE = 4.0  # ... or this many recrawlMin when it never answered
 CLAIMS_KEPT = 100_000  # sitemap lastmods awaiting the fetch that checks them
@@ -73,7 +77,8 @@ class SiteRecrawl:
     lm_trusted: bool = True  # Last-Modified: sent, and fed to the estimator
     validators_trusted: bool = True  # False once a 304 hid a change
     lastmod_trusted: bool = True  # sitemap <lastmod>: False once one proved false
-    not_modified: int = 0  # 304s answered, for AUDIT_EVERY
+    not_modified: int = 0  # 304s answered since the last audit
+    false_304s: int = 0  # audits that found a change a 304 hid
     next_at: float = 0.0  # loop time before which no revisit of it is fed (recrawlShare)
 
 
@@ -340,10 +345,13 @@ class Revisits:
         interval = state.budget.schedule(rate, self.lo, self.hi, _interval_of(prior))
         self._note_freshness(freshness.freshness(rate, interval))
         if kind is Outcome.notModified:
-            if state.not_modified % AUDIT_EVERY == AUDIT_EVERY - 1:
+            state.not_modified += 1
+            # an audit proves something only if the page is unlikely to change before it
+            if (state.not_modified >= AUDIT_EVERY and state.validators_trusted
+                    and _change_risk(rate, self._audit_horizon(site)) < AUDIT_RISK):
+                state.not_modified = 0
                 self.audits.add(job.url)
                 interval = 0.0  # checked at once: its site's politeness still spaces it
-            state.not_modified += 1
         assert prior is not None or kind is Outcome.success
         body = kind is not Outcome.notModified
         return Visit(
@@ -358,11 +366,15 @@ class Revisits:
     def _audit(self, job: Job, kind: Outcome, answer: Answer, state: SiteRecrawl,
                prior: Visit) -> None:
         """What this answer proves about the site's validators (see the module docstring)."""
-        if answer.audit and kind is Outcome.success and prior.status == 304:
-            if state.validators_trusted:
-                log.warning("recrawl: %s answered 304 for a page that had changed (%s): its "
-                            "validators are not sent any more", site_key(job.url), job.url)
-            state.validators_trusted = False
+        if (answer.audit and kind is Outcome.success and prior.status == 304
+                and _change_risk(freshness.rate(prior.stats, prior=1.0 / self.lo),
+                                 time.time() - prior.fetched_at) < AUDIT_RISK):
+            # changed since the 304, when a change that soon was unlikely: a strike
+            state.false_304s += 1
+            if state.false_304s >= AUDIT_STRIKES and state.validators_trusted:
+                state.validators_trusted = False
+                log.warning("recrawl: %s answered 304 for pages that had changed (%s last): "
+                            "its validators are not sent any more", site_key(job.url), job.url)
         if kind is Outcome.unchanged and answer.conditional:
             if answer.etag != prior.etag and prior.etag and state.etag_trusted:
                 state.etag_trusted = False
@@ -389,6 +401,11 @@ class Revisits:
         return Visit(url=job.url, due=now + interval, fetched_at=0.0, etag=None,
                      last_modified=None, digest=b"", captured_at=0.0, status=status,
                      depth=job.depth, priority=job.priority, tag=job.tag, stats=b"")
+
+    def _audit_horizon(self, site: Site) -> float:
+        """About how long after a 304 its audit fetch comes: the site's politeness, a bucket
+        of the schedule, one look for due visits."""
+        return 2 * site.delay + self.lo / 16 + min(POP_EVERY, self.lo / 2)
 
     def _capacity(self, site: Site) -> float:
         """Revisits a second the site's politeness allows, times recrawlShare."""
@@ -455,6 +472,11 @@ class Revisits:
             return None
         profile = NOT_MODIFIED if kind is Outcome.notModified else IDENTICAL
         return Revisit(profile, url, prior.captured_at, prior.digest)
+
+
+def _change_risk(rate: float, seconds: float) -> float:
+    """The chance that a page of this change rate changes within `seconds` (Poisson)."""
+    return -math.expm1(-rate * max(seconds, 0.0))
 
 
 def _interval_of(visit: Visit | None) -> float | None:
