@@ -15,6 +15,7 @@ from larbinpy.bench.recrawl import (
     freshness,
     optimal_allocation,
     optimal_freshness,
+    resumed_schedules,
     uniform_freshness,
 )
 
@@ -127,3 +128,15 @@ def test_the_recrawl_bench_runs_the_daemon_and_stops_it_with_sigterm() -> None:
     assert r["optimum_full"] >= r["optimum"] - 1e-9
     assert set(r["kinds"]) == {"etag", "lm", "none", "lm-now", "etag-churn", "false-304",
                                "lm-coarse"}
+
+
+def test_a_restart_is_judged_against_the_next_of_each_page() -> None:
+    """Stopped at 10, restarted at 12: a due at 15 fetched at 15.5 kept its schedule, one due
+    at 20 fetched at 13 did not; a page whose line had no `next` is not judged."""
+    lines = [{"t": 5.0, "url": "a", "next": 15.0}, {"t": 6.0, "url": "b", "next": 20.0},
+             {"t": 7.0, "url": "c"},
+             {"t": 15.5, "url": "a"}, {"t": 13.0, "url": "b"}, {"t": 12.5, "url": "c"},
+             {"t": 19.0, "url": "b"}]
+    r = resumed_schedules(lines, stopped=10.0, started=12.0)
+    assert (r["refetched"], r["judged"], r["early"]) == (3, 2, 1)
+    assert r["examples"] == [{"url": "b", "early_s": 7.0}]

@@ -42,6 +42,7 @@ from larbinpy.bench.changing import HONEST_VALIDATORS, KINDS, ChangingServer
 GAP_TOLERANCE = 0.02  # s: the server stamps an answer's end a little after the crawler saw it
 LOG_ROUNDING = 0.001  # s: the crawl log's times are rounded to the millisecond
 STOP_TIMEOUT = 60.0  # s the daemon has to exit after SIGTERM
+RESUME_TOLERANCE = 1.0  # s: a revisit after a restart may come this much before its `next`
 # the bench's options that --recrawl gives other defaults: a small web, one fetch at a time a
 # host every quarter second, nothing written but the crawl log
 DEFAULTS = {"pages": 40, "per_host": 1, "wait": 0.25, "output": "none", "connections": 64}
@@ -434,28 +435,67 @@ def read_crawl_log(path: Path) -> list[dict[str, Any]]:
 
 
 def recrawl_bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """Serve the changing web, run the daemon on it, and measure (the result object)."""
+    """Serve the changing web, run the daemon on it (and again with --restart), measure."""
     kinds = tuple(args.kinds.split(",")) if args.kinds else KINDS
+    restart: dict[str, Any] | None = None
     with ChangingServer(workdir, kinds=kinds, hosts_per_kind=args.hosts_per_kind,
                         pages=args.pages, seed=args.seed,
-                        lifetime=args.seconds + STOP_TIMEOUT + 60) as server:
+                        lifetime=args.seconds + args.restart + 2 * STOP_TIMEOUT + 60) as server:
         port = free_port()
         conf = workdir / "larbin.conf"
         conf.write_text(daemon_config(args, server, workdir, port))
         code, stopped, status = run_daemon(conf, args.seconds, workdir, port)
+        if args.restart > 0:
+            started = time.time()
+            again, _, _ = run_daemon(conf, args.restart, workdir, port)
+            restart = {"seconds": args.restart, "exit_code": again, "started": started}
         truth = server.truth()
-    result = analyse(truth, read_crawl_log(workdir / "crawl.jsonl"), stopped, args.wait,
-                     args.per_host)
+    lines = read_crawl_log(workdir / "crawl.jsonl")
+    result = analyse(truth, [line for line in lines if line["t"] <= stopped], stopped,
+                     args.wait, args.per_host)
     result.update(seconds=args.seconds, wait=args.wait, per_host=args.per_host,
                   recrawl_min=args.recrawl_min, recrawl_max=args.recrawl_max,
                   hosts_per_kind=args.hosts_per_kind, pages_per_host=args.pages,
                   seed=args.seed, exit_code=code, recrawl=recrawl_keys(),
                   status_recrawl=(status or {}).get("recrawl"))
+    if restart is not None:
+        restart.update(resumed_schedules(lines, stopped, restart.pop("started")))
+        result["restart"] = restart
+        if restart["exit_code"] != 0:
+            result["warnings"].append(f"the restarted daemon exited with code "
+                                      f"{restart['exit_code']} after SIGTERM")
     if code != 0:
         result["warnings"].append(f"the daemon exited with code {code} after SIGTERM")
     if not result["recrawl"]:
         result["warnings"].append("this larbinpy has no `recrawl` key: a first pass only")
     return result
+
+
+def resumed_schedules(lines: list[dict[str, Any]], stopped: float, started: float
+                      ) -> dict[str, Any]:
+    """Did the restarted daemon keep the schedules? Per URL, the first fetch after the restart
+    against the `next` of its last line before the stop: fetched before it (less
+    RESUME_TOLERANCE) is early; URLs with no `next` cannot be judged."""
+    last: dict[str, dict[str, Any]] = {}
+    first_after: dict[str, dict[str, Any]] = {}
+    for line in sorted(lines, key=lambda line: line["t"]):
+        if line["t"] <= stopped:
+            last[line["url"]] = line
+        elif line["t"] >= started and line["url"] not in first_after:
+            first_after[line["url"]] = line
+    judged = early = 0
+    examples: list[dict[str, Any]] = []
+    for url, line in first_after.items():
+        due = last.get(url, {}).get("next")
+        if due is None:
+            continue
+        judged += 1
+        if line["t"] < due - RESUME_TOLERANCE:
+            early += 1
+            if len(examples) < 5:
+                examples.append({"url": url, "early_s": round(due - line["t"], 3)})
+    return {"refetched": len(first_after), "judged": judged, "early": early,
+            "examples": examples}
 
 
 BARS = (("over_uniform", 1.03, "freshness / uniform at the same budget"),
@@ -492,6 +532,11 @@ def report_text(r: dict[str, Any]) -> str:
                      f"{_pct(k.get('validator_share'))} {k.get('unchanged', 0):6} "
                      f"{_pct(k.get('not_modified_share'))} {k.get('changed_304', 0):6}")
     lines.append(f"  crawl-log outcomes: {r['outcomes']}")
+    if r.get("restart"):
+        q = r["restart"]
+        lines.append(f"  restart ({q['seconds']:g} s, exit code {q['exit_code']}): "
+                     f"{q['refetched']} pages fetched again, {q['early']} of {q['judged']} "
+                     f"with a `next` before it")
     if r.get("status_recrawl"):
         lines.append(f"  status.json recrawl: {r['status_recrawl']}")
     lines += [f"WARNING: {w}" for w in r["warnings"]]
@@ -517,3 +562,6 @@ def add_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recrawl-min", type=float, default=1.0, help="recrawlMin [1]")
     g.add_argument("--recrawl-max", type=float, default=60.0, help="recrawlMax [60]")
     g.add_argument("--seed", type=int, default=1, help="the changing web's seed [1]")
+    g.add_argument("--restart", type=float, default=0.0, metavar="SECONDS",
+                   help="then start the daemon again on its state for SECONDS: no page may be "
+                        "fetched before the `next` its last crawl-log line gave [0: no]")
