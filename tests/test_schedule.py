@@ -1,0 +1,219 @@
+"""The recrawl schedule on disk (frontier/schedule.py): real files, and a real process killed."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from larbinpy.frontier import schedule as sched
+from larbinpy.frontier.schedule import Schedule, Visit, lm_epoch, lm_text
+
+REPO = Path(__file__).resolve().parent.parent
+T0 = 1_800_000_000.0
+
+
+def page(i: int, due: float, rng: random.Random | None = None) -> Visit:
+    """A page as the synthetic web has them: most with an ETag and a Last-Modified."""
+    rng = rng or random.Random(i)
+    etag = f'"{rng.getrandbits(32):x}-{rng.getrandbits(20):x}"' if i % 10 < 8 else None
+    lm = lm_text(int(T0) - rng.randrange(10**7)) if i % 10 < 7 else None
+    return Visit(f"http://h{i % 9973:05d}.web.test/sec{i % 7}/p{i}.html", due, due - 3600,
+                 etag, lm, rng.randbytes(20), due - 7200, 200, i % 5, i % 3, i % 2,
+                 rng.randbytes(8))
+
+
+def drain(s: Schedule, until: float, step: float = 7.0, limit: int = 10**9) -> list[Visit]:
+    """Pop everything due by `until`, advancing the clock by `step`; checks none is early."""
+    out, t = [], T0
+    while t <= until:
+        got = s.pop_due(t, limit)
+        assert all(v.due <= t for v in got)
+        out += got
+        t += step
+    return out
+
+
+def same(a: Visit, b: Visit) -> bool:
+    """Equal records (times kept to the millisecond)."""
+    return (a.url, a.etag, a.last_modified, a.digest, a.status, a.depth, a.priority, a.tag,
+            a.stats) == (b.url, b.etag, b.last_modified, b.digest, b.status, b.depth,
+                         b.priority, b.tag, b.stats) and all(
+        abs(x - y) < 1e-3 for x, y in ((a.due, b.due), (a.fetched_at, b.fetched_at),
+                                       (a.captured_at, b.captured_at)))
+
+
+def test_last_modified_is_an_epoch_only_when_it_round_trips() -> None:
+    assert lm_epoch("Tue, 01 Dec 2026 08:59:47 GMT") == 1796115587
+    assert lm_text(1796115587) == "Tue, 01 Dec 2026 08:59:47 GMT"
+    assert lm_epoch("Wed, 01 Dec 2026 08:59:47 GMT") is None  # wrong weekday
+    assert lm_epoch("Tue, 1 Dec 2026 08:59:47 GMT") is None
+    assert lm_epoch("Tuesday, 01-Dec-26 08:59:47 GMT") is None
+
+
+def test_blocks_round_trip_every_field() -> None:
+    rng = random.Random(3)
+    visits = [page(i, T0 + rng.uniform(0, 100), rng) for i in range(300)]
+    visits[5].last_modified = "yesterday, about noon"
+    visits[6].etag = 'W/"weak ünïcode"'
+    visits[7].digest, visits[7].stats, visits[7].fetched_at = b"", b"", 0.0
+    block = sched.encode_block(visits)
+    n, body = sched._HEAD.unpack_from(block)[1], block[sched._HEAD.size:]
+    assert [v.url for v in visits] == sched.block_urls(body, n)
+    assert all(same(a, b) for a, b in zip(visits, sched.decode_block(body, n), strict=True))
+
+
+def test_pages_come_out_when_due_earliest_bucket_first(tmp_path: Path) -> None:
+    s = Schedule(tmp_path, granularity=5.0)
+    rng = random.Random(1)
+    visits = [page(i, T0 + rng.uniform(0, 3000)) for i in range(3000)]
+    s.put_many(visits)
+    assert len(s) == 3000
+    s.flush()
+    got = drain(s, T0 + 3100)
+    assert sorted(v.url for v in got) == sorted(v.url for v in visits)
+    buckets = [int(v.due * 1000) // 5000 for v in got]
+    assert buckets == sorted(buckets)
+    by_url = {v.url: v for v in visits}
+    assert all(same(v, by_url[v.url]) for v in got)
+    assert s.pop_due(T0 + 10**6, 10) == []
+
+
+def test_a_page_put_again_comes_out_once_with_its_new_history(tmp_path: Path) -> None:
+    s = Schedule(tmp_path, granularity=1.0)
+    s.put_many(page(i, T0 + 100 + i) for i in range(50))
+    s.flush()
+    later = [page(i, T0 + 2000, random.Random(99)) for i in range(0, 50, 2)]
+    sooner = [page(i, T0 + 10) for i in range(1, 50, 4)]
+    s.put_many(later + sooner)
+    s.flush()
+    s.put(page(3, T0 + 500))  # twice before a flush: the last put wins
+    assert len(s) == 50
+    got = drain(s, T0 + 2100)
+    urls = [v.url for v in got]
+    assert len(urls) == len(set(urls)) == 50
+    due = {v.url: v.due for v in got}
+    assert due[later[0].url] == pytest.approx(T0 + 2000)
+    assert due[sooner[1].url] == pytest.approx(T0 + 10)
+    assert due[page(3, 0).url] == pytest.approx(T0 + 500)
+    assert same(next(v for v in got if v.url == later[1].url), later[1])
+
+
+def test_get_force_and_drop(tmp_path: Path) -> None:
+    s = Schedule(tmp_path, granularity=2.0)
+    visits = [page(i, T0 + 86400 * (1 + i % 20)) for i in range(500)]
+    s.put_many(visits)
+    assert same(s.get(visits[7].url), visits[7])  # still buffered
+    s.flush()
+    assert same(s.get(visits[8].url), visits[8])
+    assert s.get("http://nowhere.test/") is None
+    assert s.force(visits[9].url, T0 + 30)
+    assert not s.force("http://nowhere.test/", T0)
+    assert s.drop(visits[10].url)
+    assert not s.drop("http://nowhere.test/")
+    assert len(s) == 499
+    got = drain(s, T0 + 40, step=1.0)
+    assert [v.url for v in got] == [visits[9].url]
+    assert got[0].due <= T0 + 30 and got[0].etag == visits[9].etag
+    s.put(visits[9])  # rescheduled after the fetch
+    rest = drain(s, T0 + 86400 * 21, step=3600.0)
+    assert sorted(v.url for v in rest) == sorted(v.url for i, v in enumerate(visits) if i != 10)
+
+
+def test_figures_count_what_is_due_and_how_late(tmp_path: Path) -> None:
+    s = Schedule(tmp_path, granularity=1.0)
+    s.put_many(page(i, T0 + i) for i in range(100))
+    s.flush()
+    s.pop_due(T0 + 1, 1)  # spreads the far bucket
+    fig = s.figures(T0 + 50.5)
+    assert fig.scheduled == 100
+    assert 49 <= fig.due_now <= 51
+    assert 47 <= fig.overdue <= 49
+    assert 49 <= fig.max_lateness_s <= 50  # page 1, due at T0 + 1 (page 0 was popped)
+
+
+def test_reopen_pops_again_what_was_in_flight_and_nothing_put_since(tmp_path: Path) -> None:
+    s = Schedule(tmp_path, granularity=1.0)
+    s.put_many(page(i, T0 + i % 100) for i in range(1000))
+    s.flush()
+    first = s.pop_due(T0 + 50, 300)
+    for v in first[:200]:  # fetched and put again
+        s.put(page(int(v.url.rsplit("p", 1)[1][:-5]), T0 + 5000))
+    s.flush()
+    saved = s.position()
+    s.sync()
+    s.release(saved)
+    s.close()  # the other 100 were in flight: not put again
+    s = Schedule(tmp_path, saved)
+    again = drain(s, T0 + 50)
+    flying = {v.url for v in first[200:]}
+    assert flying <= {v.url for v in again}
+    assert not {v.url for v in first[:200]} & {v.url for v in again}
+    rest = drain(s, T0 + 6000, step=50.0)
+    urls = [v.url for v in again + rest]
+    assert len(urls) == len(set(urls)) == 1000
+
+
+KILL_CHILD = """
+import json, os, random, sys
+sys.path.insert(0, "tests")
+from pathlib import Path
+from test_schedule import T0, page
+from larbinpy.frontier.schedule import Schedule
+directory, report = Path(sys.argv[1]), sys.argv[2]
+s = Schedule(directory, granularity=1.0, buffer_records=500)
+rng, n, t = random.Random(int(sys.argv[3])), 0, T0
+fd = os.open(report, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+while True:
+    for _ in range(200):  # new pages
+        s.put(page(n, t + rng.uniform(0, 400), rng))
+        n += 1
+    t += 5
+    for v in s.pop_due(t, 150):  # revisits: put again later
+        s.put(page(int(v.url.rsplit("p", 1)[1][:-5]), t + rng.uniform(50, 400), rng))
+    pos = s.position()
+    s.flush()
+    os.write(fd, (json.dumps({"n": n, "t": t, "pos": pos}) + "\\n").encode())
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_kill_9_while_writing_loses_no_flushed_page(tmp_path: Path, seed: int) -> None:
+    directory, report = tmp_path / "schedule", tmp_path / "report"
+    child = subprocess.Popen([sys.executable, "-c", KILL_CHILD, str(directory), str(report),
+                              str(seed)], cwd=REPO, stderr=subprocess.PIPE)
+    want = 20 + 15 * seed  # rounds written before the kill: it lands mid-write at some point
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        if report.exists() and report.read_bytes().count(b"\n") >= want:
+            break
+        time.sleep(0.005)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert child.returncode == -signal.SIGKILL
+    last = json.loads(report.read_bytes().split(b"\n")[-2])
+    s = Schedule(directory, tuple(last["pos"]))
+    assert len(s) >= last["n"]
+    got = drain(s, last["t"] + 1000, step=5.0)
+    urls = [v.url for v in got]
+    assert len(urls) == len(set(urls))  # no page twice
+    every = {page(i, 0).url for i in range(last["n"])}
+    assert every <= set(urls)  # none flushed was lost
+
+
+def test_bytes_a_page_on_disk(tmp_path: Path) -> None:
+    s = Schedule(tmp_path, granularity=60.0)
+    rng = random.Random(5)
+    n = 30_000
+    for i in range(n):
+        s.put(page(i, T0 + rng.uniform(3600, 30 * 86400), rng))
+    s.sync()
+    size = sum(p.stat().st_size for p in tmp_path.iterdir())
+    assert size / n <= 64, size / n
