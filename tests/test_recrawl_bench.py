@@ -12,18 +12,18 @@ from larbinpy.bench.changing import ChangingPage
 from larbinpy.bench.recrawl import (
     analyse,
     copy_freshness,
-    freshness,
-    optimal_allocation,
     optimal_freshness,
+    page_freshness,
     resumed_schedules,
     uniform_freshness,
 )
+from larbinpy.frontier.freshness import freshness, optimal_allocation
 
 
-def test_freshness_of_a_page_revisited_at_a_fixed_interval() -> None:
-    assert freshness(0.0, 10.0) == 1.0 and freshness(1.0, math.inf) == 0.0
-    assert freshness(0.1, 10.0) == pytest.approx(1 - math.exp(-1))
-    assert freshness(1e-9, 1.0) == pytest.approx(1.0)
+def test_a_static_page_is_fresh_at_any_interval() -> None:
+    assert page_freshness(0.0, math.inf) == page_freshness(0.0, 5.0) == 1.0
+    assert page_freshness(0.1, math.inf) == 0.0
+    assert uniform_freshness([0.0, 0.1], 0.0) == 0.5 == optimal_freshness([0.0, 0.1], 0.0)
 
 
 def test_the_copy_freshness_of_a_simulated_crawl_is_the_formula() -> None:
@@ -45,9 +45,9 @@ def test_copy_freshness_on_a_hand_made_history() -> None:
 
 def test_the_optimum_spends_the_budget_and_beats_uniform() -> None:
     rates = [0.0, 0.001, 0.01, 0.05, 0.2, 1.0, 5.0]
-    freqs = optimal_allocation(rates, 0.3)
-    assert sum(freqs) == pytest.approx(0.3, rel=1e-6)
-    assert freqs[0] == 0.0 and freqs[-1] == 0.0  # static: fetched once; 5/s: out of reach
+    intervals = optimal_allocation(rates, 0.3)
+    assert sum(1 / i for i in intervals) == pytest.approx(0.3, rel=1e-6)
+    assert intervals[0] == intervals[-1] == math.inf  # static: fetched once; 5/s: out of reach
     assert optimal_freshness(rates, 0.3) > uniform_freshness(rates, 0.3)
     same = [0.1] * 5  # equal rates: uniform is the optimum
     assert optimal_freshness(same, 1.0) == pytest.approx(uniform_freshness(same, 1.0))

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from larbinpy.bench.changing import HONEST_VALIDATORS, KINDS, ChangingServer
+from larbinpy.frontier.freshness import freshness, optimal_allocation
 
 GAP_TOLERANCE = 0.02  # s: the server stamps an answer's end a little after the crawler saw it
 LOG_ROUNDING = 0.001  # s: the crawl log's times are rounded to the millisecond
@@ -49,75 +50,29 @@ DEFAULTS = {"pages": 40, "per_host": 1, "wait": 0.25, "output": "none", "connect
 FIRST_PASS_SHARE = 0.5  # a warning when the first pass takes more of the run than this
 
 
-# --- the theory (Cho & Garcia-Molina) ---------------------------------------------------------
+# --- the theory (Cho & Garcia-Molina): larbinpy/frontier/freshness.py -------------------------
 
 
-def freshness(rate: float, interval: float) -> float:
-    """Time-averaged freshness of a page of Poisson change rate `rate` (1/s) fetched every
-    `interval` seconds: (1 - e^(-rate I)) / (rate I); 1 for a static page, 0 if never fetched."""
-    if rate <= 0:
-        return 1.0
-    if interval == math.inf:
-        return 0.0
-    x = rate * interval
-    return 1.0 if x < 1e-12 else -math.expm1(-x) / x
-
-
-def _marginal(rate: float, f: float) -> float:
-    """dF/df, the freshness one more visit a second buys: (1 - (1 + x) e^(-x)) / rate, x =
-    rate / f; it falls from 1/rate (f = 0) to 0 (f infinite)."""
-    x = rate / f
-    return (1.0 - (1.0 + x) * math.exp(-x)) / rate
-
-
-def _frequency(rate: float, mu: float) -> float:
-    """The visits a second at which a page's marginal freshness is `mu` (0 if even the first
-    visit is worth less than mu: pages too fast for the budget are left alone)."""
-    if rate <= 0 or mu * rate >= 1.0:
-        return 0.0
-    lo, hi = 1e-12, 1.0
-    while _marginal(rate, hi) > mu:  # _marginal falls as f grows
-        hi *= 2.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if _marginal(rate, mid) > mu:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
-def optimal_allocation(rates: Sequence[float], budget: float) -> list[float]:
-    """Visits a second per page maximising the pages' mean freshness when they add up to
-    `budget`: dF/df = mu for every visited page (bisection on mu)."""
-    changing = [r for r in rates if r > 0]
-    if budget <= 0 or not changing:
-        return [0.0] * len(rates)
-    lo, hi = 0.0, 1.0 / min(changing)  # mu at hi: nothing is visited
-    for _ in range(100):
-        mu = (lo + hi) / 2
-        if sum(_frequency(r, mu) for r in changing) > budget:
-            lo = mu
-        else:
-            hi = mu
-    return [_frequency(r, hi) for r in rates]
+def page_freshness(rate: float, interval: float) -> float:
+    """`freshness`, with a static page fresh at any interval, never fetched again included
+    (0 x inf is no number)."""
+    return 1.0 if rate <= 0 else freshness(rate, interval)
 
 
 def uniform_freshness(rates: Sequence[float], budget: float) -> float:
-    """Mean freshness when `budget` visits a second go round the pages in turn."""
-    if not rates:
-        return 0.0
+    """Mean freshness when `budget` fetches/s go round the pages in turn."""
     interval = len(rates) / budget if budget > 0 else math.inf
-    return sum(freshness(r, interval) for r in rates) / len(rates)
+    return _mean_of(rates, [interval] * len(rates))
 
 
 def optimal_freshness(rates: Sequence[float], budget: float) -> float:
-    """Mean freshness of the optimal allocation of `budget` visits a second."""
-    if not rates:
-        return 0.0
-    freqs = optimal_allocation(rates, budget)
-    return sum(freshness(r, 1.0 / f if f > 0 else math.inf)
-               for r, f in zip(rates, freqs, strict=True)) / len(rates)
+    """Mean freshness of the pages at the intervals that maximise it for `budget` fetches/s."""
+    return _mean_of(rates, optimal_allocation(rates, budget))
+
+
+def _mean_of(rates: Sequence[float], intervals: Sequence[float]) -> float:
+    """Mean page_freshness (0 for no page)."""
+    return sum(map(page_freshness, rates, intervals)) / len(rates) if rates else 0.0
 
 
 # --- what happened --------------------------------------------------------------------------
