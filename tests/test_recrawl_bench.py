@@ -140,3 +140,23 @@ def test_a_restart_is_judged_against_the_next_of_each_page() -> None:
     r = resumed_schedules(lines, stopped=10.0, started=12.0)
     assert (r["refetched"], r["judged"], r["early"]) == (3, 2, 1)
     assert r["examples"] == [{"url": "b", "early_s": 7.0}]
+
+
+def test_a_weak_last_modified_is_not_held_against_the_validator_share() -> None:
+    """An lm page changed at 9.5 and fetched at 9.7 carries a Last-Modified of its Date's
+    second (weak): the revisit at 15 without If-Modified-Since is not counted against the
+    crawler; the copy of 15 had a strong one, sent at 20."""
+    t0 = 1000.0
+    host = "lm-0.changing.test"
+    truth = {"t0": t0, "pages": [{"url": f"http://{host}/", "host": host, "path": "/",
+                                  "kind": "lm", "rate": 0.1, "changes": [t0 + 9.5]}],
+             "answers": [[t0 + t, t0 + t + 0.001, host, "/", status, v, 0, ims]
+                         for t, status, v, ims in ((9.7, 200, 1, 0), (15, 200, 1, 0),
+                                                   (20, 304, 1, 1))]}
+    lines = [{"t": t0 + t + 0.002, "url": f"http://{host}/", "status": status, "kind": "x"}
+             for t, status in ((9.7, 200), (15, 200), (20, 304))]
+    r = analyse(truth, lines, t0 + 30, wait=1.0, per_host=1)
+    assert r["validator_share"] == 1.0 and r["validator_share_all"] == 0.5
+    lm = r["kinds"]["lm"]
+    assert (lm["revisits"], lm["strong_revisits"], lm["unchanged"], lm["unchanged_304"]) == \
+        (2, 1, 2, 1)

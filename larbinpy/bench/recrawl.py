@@ -172,31 +172,55 @@ def politeness_gaps(answers: list[Answer], wait: float) -> dict[str, Any]:
             "short_gaps": len(short), "examples": short[:5]}
 
 
-def validator_figures(answers: list[Answer], kinds: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """Per kind of host: revisits (a page's answers after its first 200), the share carrying a
-    validator, unchanged revisits (the page's version is the copy's: the last 200's) and the
-    share of them answered 304, and 304s for a page that had changed."""
-    seen: dict[tuple[str, str], int] = {}  # page -> version of the last 200 served
+ETAG_KINDS = ("etag", "false-304", "etag-churn")  # the kinds that send an ETag
+
+
+def validator_figures(answers: list[Answer], pages: list[dict[str, Any]]
+                      ) -> dict[str, dict[str, Any]]:
+    """Per kind of host: revisits (a page's answers after its first 200) and the share carrying
+    a validator, of all and of those whose copy had a strong one (an ETag; a Last-Modified at
+    least a second before the answer's Date, RFC 9110 8.8.2.2: a later one is weak); unchanged
+    revisits (the page's version is the copy's, the last 200's) and the share of them answered
+    304; 304s for a page that had changed."""
+    kinds = {p["host"]: p["kind"] for p in pages}
+    changes = {(p["host"], p["path"]): p["changes"] for p in pages}
+    copy: dict[tuple[str, str], tuple[int, bool]] = {}  # page -> (version, strong validator)
     per: dict[str, Counter[str]] = defaultdict(Counter)
     for a in answers:
         if a.version < 0:
             continue  # robots.txt, a 404
-        key = (a.host, a.path)
-        c = per[kinds[a.host]]
-        if key in seen:
+        key, kind = (a.host, a.path), kinds[a.host]
+        c = per[kind]
+        if key in copy:
+            version, strong = copy[key]
+            sent = a.inm or a.ims
             c["revisits"] += 1
-            c["with_validator"] += a.inm or a.ims
-            unchanged = a.version == seen[key]
+            c["with_validator"] += sent
+            c["strong_revisits"] += strong
+            c["strong_with_validator"] += strong and sent
+            unchanged = a.version == version
             c["unchanged"] += unchanged
             c["unchanged_304"] += unchanged and a.status == 304
             c["changed_304"] += not unchanged and a.status == 304
         if a.status == 200:
-            seen[key] = a.version
+            copy[key] = (a.version, kind in ETAG_KINDS or _strong_lm(kind, changes[key],
+                                                                      a.version, a.start))
     out = {}
     for kind, c in per.items():
         out[kind] = {**c, "validator_share": _share(c["with_validator"], c["revisits"]),
+                     "strong_validator_share": _share(c["strong_with_validator"],
+                                                      c["strong_revisits"]),
                      "not_modified_share": _share(c["unchanged_304"], c["unchanged"])}
     return out
+
+
+def _strong_lm(kind: str, changes: list[float], version: int, served: float) -> bool:
+    """Whether the Last-Modified a 200 of `version` carried was a second or more before its
+    Date (the changing web's LM is the version's change time; lm-now's is the Date)."""
+    if kind not in ("lm", "lm-coarse"):
+        return False
+    made = changes[version - 1] if version > 0 else -math.inf
+    return math.floor(served) - math.floor(made) >= 1
 
 
 def _share(part: int, whole: int) -> float | None:
@@ -239,11 +263,12 @@ def analyse(truth: dict[str, Any], lines: list[dict[str, Any]], end: float, wait
     result["over_uniform"] = _ratio(result["freshness"], result["uniform"])
     result["over_optimum"] = _ratio(result["freshness"], result["optimum"])
     result["over_optimum_full"] = _ratio(result["freshness"], result["optimum_full"])
-    kinds = {p["host"]: p["kind"] for p in pages}
-    result["kinds"] = kind_table(pages, fresh, budgets, validator_figures(answers, kinds))
+    result["kinds"] = kind_table(pages, fresh, budgets, validator_figures(answers, pages))
     honest = [result["kinds"][k] for k in HONEST_VALIDATORS if k in result["kinds"]]
-    result["validator_share"] = _share(sum(k.get("with_validator", 0) for k in honest),
-                                       sum(k.get("revisits", 0) for k in honest))
+    result["validator_share_all"] = _share(sum(k.get("with_validator", 0) for k in honest),
+                                           sum(k.get("revisits", 0) for k in honest))
+    result["validator_share"] = _share(sum(k.get("strong_with_validator", 0) for k in honest),
+                                       sum(k.get("strong_revisits", 0) for k in honest))
     result["not_modified_share"] = _share(sum(k.get("unchanged_304", 0) for k in honest),
                                           sum(k.get("unchanged", 0) for k in honest))
     result["politeness"] = politeness_gaps(answers, wait)
@@ -455,7 +480,7 @@ def resumed_schedules(lines: list[dict[str, Any]], stopped: float, started: floa
 
 BARS = (("over_uniform", 1.03, "freshness / uniform at the same budget"),
         ("over_optimum_full", 0.95, "freshness / optimum at full capacity"),
-        ("validator_share", 0.95, "revisits to honest validator hosts with a validator"),
+        ("validator_share", 0.95, "revisits to honest hosts' strong validators sending it"),
         ("not_modified_share", 0.95, "unchanged pages on those hosts answered 304"))
 
 
@@ -476,6 +501,8 @@ def report_text(r: dict[str, Any]) -> str:
         verdict = "-" if value is None else ("ok" if value >= bar else "BELOW")
         shown = "n/a" if value is None else f"{value:.4f}"
         lines.append(f"  {what:54} {shown:>7} (bar {bar}) {verdict}")
+    lines.append(f"  (validators on every revisit to those hosts, weak Last-Modified included: "
+                 f"{_pct(r.get('validator_share_all')).strip()})")
     gaps = r["politeness"]
     lines.append(f"  politeness: {gaps['short_gaps']} gaps shorter than waitDuration (least "
                  f"{gaps['least_gap_s']} s)")
