@@ -219,8 +219,9 @@ def _strong_lm(kind: str, changes: list[float], version: int, served: float) -> 
     Date (the changing web's LM is the version's change time; lm-now's is the Date)."""
     if kind not in ("lm", "lm-coarse"):
         return False
-    made = changes[version - 1] if version > 0 else -math.inf
-    return math.floor(served) - math.floor(made) >= 1
+    if version == 0:
+        return True  # made BIRTH seconds before the server started
+    return math.floor(served) - math.floor(changes[version - 1]) >= 1
 
 
 def _share(part: int, whole: int) -> float | None:
