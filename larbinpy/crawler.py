@@ -5,10 +5,14 @@ robots.txt first, then its pages) -> reader -> parser -> outputs, with the parse
 and the reader's redirects going back to input.
 `idle()` is the one explicit "is the crawl done?" check over every stage's counters.
 
-The stages are given their seams at construction, chosen here and nowhere else: where new URLs
-go (input's `Admission`), where jobs of sites owned elsewhere go (the site table's `Forward`),
-and how the opener fetches (`PageFetch`, `RobotsFetch`) -- the embedded defaults, or a cluster
-node's (`cluster/__init__.py`, with `cluster` in larbin.conf).
+The stages are given their seams at construction, from one `node.Node` chosen here and nowhere
+else (`_node_type`): where new URLs go (input's `Admission`), where jobs of sites owned
+elsewhere go (the site table's `Forward`), how the opener fetches (`PageFetch`, `RobotsFetch`)
+and where robots.txt verdicts go -- `node.Embedded`, or a cluster node's (`cluster/__init__.py`,
+with `cluster` in larbin.conf). Every part gets what it needs when it is built, in pipeline
+order; the few arrows that point back up the pipeline are bound methods of the crawler
+(`changed`, `_resolved`, `_parse_pending`) or the two documented second steps, `Sites.connect`
+and `Node.bind`.
 """
 
 from __future__ import annotations
@@ -29,20 +33,21 @@ from larbinpy.daemon.progress import Progress
 from larbinpy.daemon.status import Figures, Gauges, RecentFailures
 from larbinpy.frontier.crawllog import CrawlLog
 from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
-from larbinpy.frontier.robotsdb import FileVerdicts, VerdictStore
+from larbinpy.frontier.robotsdb import FileVerdicts
 from larbinpy.frontier.seen import BitmapSeenSet, open_seen_set
-from larbinpy.frontier.sites import Sites, never_forward
+from larbinpy.frontier.sites import Sites
 from larbinpy.frontier.state import Position, StateDir, saved_meta
 from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
 from larbinpy.net.client import LazySession, make_http1
 from larbinpy.net.docmemory import DocumentMemory
 from larbinpy.net.policy import NetworkPolicy
+from larbinpy.node import CrawlHooks, Embedded, Node
 from larbinpy.outputs import Outputs
-from larbinpy.records import Job, Site, SiteState
+from larbinpy.records import Job, JobKind, Site, SiteState
 from larbinpy.stages.bandwidth import BandwidthLimiter
 from larbinpy.stages.dns import Dns
-from larbinpy.stages.input import Admission, Input, LocalAdmission
-from larbinpy.stages.opener import Opener, PageFetch, RobotsFetch
+from larbinpy.stages.input import Input
+from larbinpy.stages.opener import Opener, PageFetch
 from larbinpy.stages.parser import Parser
 from larbinpy.stages.reader import Reader
 from larbinpy.stages.robots import Robots
@@ -52,6 +57,7 @@ from larbinpy.stats import Stats, counted
 if TYPE_CHECKING:
     from larbinpy.cluster import Cluster
     from larbinpy.daemon.ports import Ports
+    from larbinpy.stages.revisits import Revisits
 
 log = logging.getLogger("larbinpy")
 
@@ -69,89 +75,58 @@ class Crawler:
 
     def __init__(self, cfg: Config, scratch: bool = False, progress: bool = False,
                  on_page_fetch: Callable[[Site, Job], None] | None = None) -> None:
-        """`on_page_fetch`: told as each page fetch starts (robots.txt excluded), to measure."""
+        """Build each part in pipeline order, each given what it needs. `on_page_fetch`: told
+        as each page fetch starts (robots.txt excluded), to measure."""
         self.cfg, self.scratch = cfg, scratch
-        cluster_type = _cluster_type(cfg)  # first: a ConfigError must leave stateDir alone
-        if not scratch and cfg.cluster is None:  # a node's state is wiped (Redis holds it)
-            _keep_saved_hash_size(cfg)
+        node_type = _node_type(cfg)  # first: a ConfigError must leave stateDir alone
         self.stats = Stats()
-        self.state = StateDir(
-            cfg.state_dir,
-            {"hashSize": cfg.hash_size, "hashFunctions": cfg.hash_functions},
-            scratch or cfg.cluster is not None,  # cluster: the queues live in Redis
-        )
-        # a cluster's seen-set is in Redis; the local bitmap is only its cache (cluster/)
-        self.seen = open_seen_set(self.state.bitmap_path("seen"), cfg.hash_size,
-                                  cfg.hash_functions, "bitmap" if cluster_type else cfg.seen_set,
-                                  cfg.seen_cache)
-        self.contents = (
-            BitmapSeenSet(self.state.bitmap_path("contents"), CONTENT_BITS) if cfg.no_dup else None
-        )
+        self._open_state(local=node_type.local_state)  # seen-sets, FIFOs, spill, crawl log
         strip = frozenset(cfg.strip_params) if cfg.strip_params is not None else None
         self.normalizer = Normalizer(
             strip_params=strip if strip is not None else DEFAULT_STRIP_PARAMS,
             max_length=max(cfg.max_url_length, URL_HARD_LIMIT),
         )
-        self.saved = self.state.load()
-        if scratch and cfg.cluster is None:
-            set_aside_outputs(cfg)  # before the outputs and the crawl log open their files
-        self.crawl_log = CrawlLog(crawl_log_path(cfg), self.state.done_path(),
-                                  resume=not scratch and cfg.cluster is None)
-        self.frontier = DiskFrontier(self.state.frontier_dir, self.saved.frontier)
-        self.spill = SiteSpill(self.state.spill_dir, self.saved.spill)
-        # The seams: a cluster node's (larbinpy/cluster: Redis seen-set, site ownership,
-        # streams, IP leases) with `cluster` set, else the embedded defaults.
-        self.cluster: Cluster | None = (
-            None if cluster_type is None
-            else cluster_type(cfg, self.seen, self.frontier, self.stats))
-        cluster = self.cluster
-        self.sites = Sites(self.stats, cfg.wait_duration, self.spill,
-                           forward=never_forward if cluster is None else cluster.forward,
+        # the seams, chosen once: the embedded defaults, or a cluster node's (node.py)
+        self.node: Node = node_type(cfg, self.seen, self.frontier, self.stats)
+        self.sites = Sites(self.stats, cfg.wait_duration, self.spill, self.node.forward,
                            crawl_log=self.crawl_log)
         self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call)
-        self.admission: Admission = (
-            LocalAdmission(self.frontier, self.seen, self.stats, self.sequencer.notify)
-            if cluster is None else cluster.admission)
         self.input = Input(cfg, self.normalizer, self.seen, self.frontier, self.stats,
-                           self.admission, self.sequencer.notify)
+                           self.node.admission, self.sequencer.notify)
         policy = NetworkPolicy(cfg.allow_networks)  # one for DNS and robots.txt redirects
+        self.dns = Dns(cfg, self.stats, self.sites, policy, self._resolved)
+        # both HTTP clients take addresses from the DNS stage; each is made at its first use
+        self.session, self.http1 = LazySession(cfg, self.dns), make_http1(cfg, self.dns)
         self.outputs = Outputs(cfg, self.stats)
-        # robots.txt verdicts outlive the process: stateDir's file, behind Redis in a cluster
-        self.verdicts: VerdictStore = FileVerdicts(self.state.robots_path())
-        if cluster is not None:
-            self.verdicts = cluster.verdicts(self.verdicts)
-        self.robots = Robots(
-            cfg, self.stats, self.sites, policy,
-            # archives record robots.txt exchanges too
-            record=self.outputs.record_robots if self.outputs.keep_raw else None,
-            on_sitemaps=self.input.add_sitemaps,  # Sitemap: lines, fed to input like links
-            store=self.verdicts,
-        )
-        self.limiter = BandwidthLimiter(cfg.max_bandwidth) if cfg.max_bandwidth else None
         # bodies being read or parsed share one budget: a document that does not fit waits
         self.memory = DocumentMemory(cfg.document_memory, self.stats)
-        self.robots.memory = self.memory
+        # robots.txt verdicts outlive the process: stateDir's file, behind Redis in a cluster
+        self.verdicts = self.node.verdicts(FileVerdicts(self.state.robots_path()))
+        self.robots = Robots(
+            cfg, self.stats, self.sites, policy, session=self.session, http1=self.http1,
+            memory=self.memory, store=self.verdicts,
+            record=self.outputs.record_robots if self.outputs.keep_raw else None,  # archives
+            on_sitemaps=self.input.add_sitemaps,  # Sitemap: lines, fed to input like links
+        )
         self.parser = Parser(cfg, self.stats, self.normalizer, self.input, self.outputs,
                              self.changed)
-        self.reader = Reader(cfg, self.stats, self.normalizer, self.robots, self.input,
-                             self.outputs, self.limiter, self.contents, parser=self.parser,
-                             keep_raw=self.outputs.keep_raw, sites=self.sites,
-                             crawl_log=self.crawl_log, memory=self.memory)
-        self.crawl_log.before_flush = self.parser.flush  # a page's links and files go first
-        self.failures = RecentFailures()  # the status page's last failures
-        self.crawl_log.on_record = self.failures.note
-        fetch_page: PageFetch = self.reader.fetch
-        fetch_robots: RobotsFetch = self.robots.fetch
-        if cluster is not None:  # the cluster calls back into the stages built on its seams
-            cluster.bind(sites=self.sites, queued=self.sequencer.notify, changed=self.changed,
-                         idle=self.idle, parse_pending=self.parser.flush)
-            fetch_page = cluster.page_fetch(fetch_page)
-            fetch_robots = cluster.robots_fetch(fetch_robots)
+        self.reader = Reader(
+            cfg, self.stats, self.normalizer, self.robots, self.input, self.outputs,
+            BandwidthLimiter(cfg.max_bandwidth) if cfg.max_bandwidth else None, self.contents,
+            parser=self.parser, keep_raw=self.outputs.keep_raw, sites=self.sites,
+            crawl_log=self.crawl_log, memory=self.memory, session=self.session, http1=self.http1,
+        )
+        # the node calls back into the stages built on its seams
+        self.node.bind(CrawlHooks(sites=self.sites, queued=self.sequencer.notify,
+                                  changed=self.changed, idle=self.idle,
+                                  parse_pending=self.parser.flush))
+        fetch_page = self.node.page_fetch(self.reader.fetch)
+        self.revisits = self._revisits() if cfg.recrawl else None
         if on_page_fetch is not None:
             fetch_page = _observed(fetch_page, on_page_fetch)
         self.opener = Opener(cfg, self.sites, self.robots, self.reader, self.changed,
-                             fetch_page=fetch_page, fetch_robots=fetch_robots)
-        self.dns = Dns(cfg, self.stats, self.sites, policy, self._resolved)
+                             fetch_page=fetch_page,
+                             fetch_robots=self.node.robots_fetch(self.robots.fetch))
         # the pipeline's arrows back into the site table (built first: both need it)
         self.sites.connect(on_new_site=self.dns.submit, on_job=self.opener.consider)
         self.progress = Progress(self, enabled=progress)
@@ -160,6 +135,60 @@ class Crawler:
         self.loading = 0  # seed sources still being read
         self.stop_requested = False
         self._changed = asyncio.Event()
+
+    def _revisits(self) -> Revisits:
+        """recrawl on: the schedule in stateDir and the stage that feeds its due visits back
+        (the reader and the crawl log report every page's outcome to it)."""
+        from larbinpy.frontier.schedule import GRANULARITY, Schedule
+        from larbinpy.stages.revisits import Revisits
+
+        saved = self.saved.schedule
+        # a page is popped at most a granularity late: a small share of recrawlMin
+        schedule = Schedule(self.state.schedule_dir,
+                            tuple(saved) if isinstance(saved, list) else None,  # type: ignore[arg-type]
+                            granularity=min(GRANULARITY, max(0.01, self.cfg.recrawl_min / 16)))
+        revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed)
+        self.reader.revisits = revisits
+        self.crawl_log.scheduler = revisits.schedule_page
+        self.input.make_due = revisits.force  # submit --force of a known page
+        return revisits
+
+    def _open_state(self, local: bool) -> None:
+        """stateDir and what lives in it: the seen-sets, the FIFOs, the site spill, the crawl
+        log. `local` False: a cluster node's, wiped (its queues and seen-set are in Redis)."""
+        cfg, scratch = self.cfg, self.scratch
+        if local and not scratch:
+            _keep_saved_hash_size(cfg)
+        self.state = StateDir(
+            cfg.state_dir,
+            {"hashSize": cfg.hash_size, "hashFunctions": cfg.hash_functions},
+            scratch or not local,
+        )
+        # a cluster's seen-set is in Redis; the local bitmap is only its cache (cluster/)
+        self.seen = open_seen_set(self.state.bitmap_path("seen"), cfg.hash_size,
+                                  cfg.hash_functions, cfg.seen_set if local else "bitmap",
+                                  cfg.seen_cache)
+        self.contents = (
+            BitmapSeenSet(self.state.bitmap_path("contents"), CONTENT_BITS) if cfg.no_dup else None
+        )
+        self.saved = self.state.load()
+        if scratch and local:
+            set_aside_outputs(cfg)  # before the outputs and the crawl log open their files
+        self.failures = RecentFailures()  # the status page's last failures
+        self.crawl_log = CrawlLog(crawl_log_path(cfg), self.state.done_path(),
+                                  resume=local and not scratch,
+                                  before_flush=self._parse_pending,
+                                  on_record=self.failures.note)
+        self.frontier = DiskFrontier(self.state.frontier_dir, self.saved.frontier)
+        self.spill = SiteSpill(self.state.spill_dir, self.saved.spill)
+
+    def _parse_pending(self) -> None:
+        """Before the done-record is written: the pages read this turn go through the parser
+        (their links to the FIFOs, the pages to the outputs) first, and with recrawl the
+        pages' new due times."""
+        self.parser.flush()
+        if self.revisits is not None:
+            self.revisits.schedule.flush()
 
     # --- "is the crawl done?" ---
 
@@ -173,7 +202,8 @@ class Crawler:
             and self.opener.in_flight == 0
             and self.parser.pending == 0  # pages read this turn, links not extracted yet
             and self.outputs.backlog() == 0  # a full disk pauses the crawl; it is not done
-            and (self.cluster is None or self.cluster.idle())  # nothing on its way to Redis
+            and self.node.idle()  # nothing on its way elsewhere (a cluster's Redis)
+            and (self.revisits is None or self.revisits.pending == 0)  # due, not yet fed
         )
 
     def changed(self) -> None:
@@ -204,13 +234,14 @@ class Crawler:
         return Figures(
             gauges=self.gauges(), site_states=census.states, sites_parked=census.parked,
             outputs=self.outputs.status(),
-            cluster=self.cluster.status() if self.cluster is not None else None,
+            cluster=self.node.status(),
             version=self.version, tls_verify=self.cfg.tls_verify, proxy=self.cfg.proxy,
             waiting_for=census.waiting_for(asyncio.get_running_loop().time()),
-            seen_set=None if self.cluster is not None else {
+            seen_set={
                 "kind": self.cfg.seen_set, "bitmap_fill": round(self.seen.fill(), 6),
-                "expected_loss": self.seen.expected_loss()},
+                "expected_loss": self.seen.expected_loss()} if self.node.local_state else None,
             failures=self.failures.lines(),
+            recrawl=None if self.revisits is None else self.revisits.figures().as_dict(),
         )
 
     # --- run ---
@@ -218,18 +249,16 @@ class Crawler:
     async def run(self) -> int:
         """Crawl until done (exitAtEnd) or stopped by a signal; return the exit code."""
         self._resume()
-        session = LazySession(self.cfg, self.dns)
-        self.robots.session = self.reader.session = session
-        self.robots.http1 = self.reader.http1 = make_http1(self.cfg, self.dns)
         tasks = [*self.dns.start(), *self.opener.start(),
                  asyncio.ensure_future(self.sequencer.run()),
                  asyncio.ensure_future(self._tick()),
                  asyncio.ensure_future(self._checkpoints())]
+        if self.revisits is not None:
+            tasks.append(asyncio.ensure_future(self.revisits.run()))
         self._install_signals()
         ports = self._ports()
         try:
-            if self.cluster is not None:
-                await self.cluster.start()
+            await self.node.start()
             if ports is not None:
                 await ports.start()
             self._log_start()
@@ -239,11 +268,10 @@ class Crawler:
         finally:
             if ports is not None:
                 await ports.stop()
-            await session.close()
-            if self.reader.http1 is not None:
-                self.reader.http1.close()
-            if self.cluster is not None:
-                await self.cluster.close()  # no-op after a clean stop; else like a kill -9
+            await self.session.close()
+            if self.http1 is not None:
+                self.http1.close()
+            await self.node.close()  # no-op after a clean stop; else (a cluster's) a kill -9
             await self.dns.close()
             self._close()
         self.progress.summary()
@@ -281,10 +309,12 @@ class Crawler:
 
     def _resume(self) -> None:
         """Put back what the last checkpoint held in memory, and restart spilled sites."""
-        if isinstance(self.admission, LocalAdmission):
-            self.admission.recover()
+        self.node.recover()
         finished = self.finished_before = len(self.crawl_log.skip)
         jobs = [j for j in self.saved.jobs if not self.crawl_log.finished_before(j.url)]
+        # revisits in flight at the checkpoint come back from the schedule (its position is
+        # the oldest popped and not put again), not from here
+        jobs = [j for j in jobs if j.kind is not JobKind.REVISIT]
         # the FIFOs still hold the finished URLs the checkpoint's jobs did not (skipped later)
         in_fifos = finished - (len(self.saved.jobs) - len(jobs))
         waiting = len(self.frontier) + len(self.spill) + len(jobs) - in_fifos
@@ -330,7 +360,7 @@ class Crawler:
 
     def _done(self) -> bool:
         """exitAtEnd: this crawl is done; in a cluster, the whole cluster is."""
-        return self.cluster.done if self.cluster is not None else self.idle()
+        return self.node.done
 
     async def _stop(self, tasks: list[asyncio.Task[None]]) -> None:
         """No new fetches; let running ones finish (bounded), then cancel and checkpoint."""
@@ -349,8 +379,7 @@ class Crawler:
         # the last turn's pages: their links reach admission before the cluster leaves, and
         # the pages the hook before the outputs drain
         self.parser.flush()
-        if self.cluster is not None:
-            await self.cluster.stop()  # flush to Redis, then leave (handing over if not done)
+        await self.node.stop()  # a cluster's: flush to Redis, leave (handing over if not done)
         await self.outputs.drain()
         try:
             self.checkpoint()
@@ -383,7 +412,8 @@ class Crawler:
             raise
         self._commit(*snapshot)
 
-    def _snapshot(self) -> tuple[dict[int, Position], dict[str, Position], list[Job], int]:
+    def _snapshot(self) -> tuple[dict[int, Position], dict[str, Position], list[Job], int,
+                                 tuple[int, int, int] | None]:
         """Flush and sync the outputs (those not taken) and the queues; then cursors and the
         jobs only memory holds, as of this moment."""
         # Order matters: pages read but not parsed go on first (their links to the frontier,
@@ -399,18 +429,26 @@ class Crawler:
         self.verdicts.compact()
         if self.contents is not None:
             self.contents.flush()
+        schedule = None
+        if self.revisits is not None:
+            self.revisits.schedule.flush()
+            self.revisits.schedule.sync()
+            schedule = self.revisits.schedule.position()
         done = self.crawl_log.mark()  # jobs finishing from now on are not in this checkpoint
         return (self.frontier.positions(), self.spill.positions(), list(self.in_memory()),
-                done)
+                done, schedule)
 
     def _commit(self, frontier: dict[int, Position], spill: dict[str, Position],
-                jobs: list[Job], done: int) -> None:
+                jobs: list[Job], done: int, schedule: tuple[int, int, int] | None = None
+                ) -> None:
         """Write the checkpoint, then release the files before its cursors and the
         done-record's URLs it covers."""
-        self.state.write_checkpoint(frontier, spill, jobs, self.stats.urls_seen)
+        self.state.write_checkpoint(frontier, spill, jobs, self.stats.urls_seen, schedule)
         self.crawl_log.checkpointed(done)
         self.frontier.release(frontier)
         self.spill.release(spill)
+        if self.revisits is not None and schedule is not None:
+            self.revisits.schedule.release(schedule)
 
     async def _tick(self) -> None:
         """Once a second: throughput sample and progress line."""
@@ -481,16 +519,19 @@ class Crawler:
         self.seen.close()
         if self.contents is not None:
             self.contents.close()
+        if self.revisits is not None:
+            self.revisits.schedule.close()
         self.frontier.close()
         self.spill.close()
         self.state.close()
 
 
-def _cluster_type(cfg: Config) -> type[Cluster] | None:
-    """With `cluster` set, the Cluster class; a ConfigError when the redis client is missing
-    (it is an optional extra)."""
+def _node_type(cfg: Config) -> type[Embedded] | type[Cluster]:
+    """Where the crawl's seams come from, the one place it is chosen: `Embedded`, or with
+    `cluster` set the Cluster class (a ConfigError when the redis client is missing: it is an
+    optional extra)."""
     if cfg.cluster is None:
-        return None
+        return Embedded
     try:
         from larbinpy.cluster import Cluster
     except ImportError as exc:

@@ -39,6 +39,9 @@ class Outcome(enum.StrEnum):
     tlsError = "tlsError"
     backedOff = "backedOff"
     badHttp = "badHttp"  # malformed status line, headers or chunking (truncated bodies: earlyStop)
+    # recrawl: a revisit that found the page as it was (a changed page is a success)
+    notModified = "notModified"  # a 304 to a conditional GET
+    unchanged = "unchanged"  # a 200 whose body has the digest of the copy kept
 
 
 # The outcomes that are failures to fetch a URL the crawl wanted: the network, the server or
@@ -46,6 +49,8 @@ class Outcome(enum.StrEnum):
 # a page got (success, err30X: a redirect followed, duplicate, badType: an answer of a type
 # not wanted), a rule that kept a URL from being fetched (urlDup, outOfScope, trap, tooDeep,
 # forbiddenRobots, deniedNetwork) or a retry to come (backedOff). docs/outcomes.md says each.
+REVISITS_UNCHANGED = frozenset({Outcome.notModified, Outcome.unchanged})
+
 FETCH_ERRORS = frozenset({
     Outcome.noDNS, Outcome.noConnection, Outcome.timeout, Outcome.tlsError, Outcome.badHttp,
     Outcome.earlyStop, Outcome.tooBig, Outcome.badEncoding, Outcome.err40X, Outcome.err50X,

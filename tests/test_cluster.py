@@ -116,11 +116,11 @@ async def live_nodes(url: str) -> list[str]:
 
 async def wait_for_nodes(url: str, *nodes: Crawler) -> None:
     """Until `nodes` are live in Redis and each one's view of the cluster lists them all."""
-    names = {node.cluster.node for node in nodes}
+    names = {crawler.node.node for crawler in nodes}
 
     async def joined() -> bool:
         return names <= set(await live_nodes(url)) and all(
-            names <= set(node.cluster.membership.live) for node in nodes)
+            names <= set(crawler.node.membership.live) for crawler in nodes)
 
     await until(joined, f"{sorted(names)} joining and seeing each other")
 
@@ -206,7 +206,7 @@ async def test_the_per_ip_clock_holds_across_nodes(make_web, redis_url):
     assert {h: n for h, n in by_node(tw).items()} == {h: {n} for n, h in chosen.items()}
     # the server stamps `end` a little after the crawler saw the response end
     assert min(gaps(hits)) >= 0.25 - 0.03, gaps(hits)
-    assert n1.cluster.ipclock.deferred + n2.cluster.ipclock.deferred > 0  # they did meet
+    assert n1.node.ipclock.deferred + n2.node.ipclock.deferred > 0  # they did meet
 
 
 async def test_a_node_joining_mid_crawl_takes_over_a_share_of_sites(make_web, redis_url):

@@ -5,16 +5,21 @@ function (a lazy import is still a dependency) or under `if TYPE_CHECKING` (a ty
 circle is still a circle for the reader). Importing `a.b.c` also runs the package `a.b`, so
 that counts as an import of `a/b/__init__.py` too (except from inside `a.b` itself).
 Not seen: `importlib.import_module` with a computed name (outputs load their own modules so).
+
+And one owner of a site's state: only the site table (`frontier/sites.py`) changes a `Site` or
+an `IpSlot` (`site_writes`).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import graphlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import larbinpy
+from larbinpy.records import IpSlot, Site
 
 ROOT = Path(larbinpy.__file__).parent
 
@@ -30,6 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
     # StatusSource, so it sits below stages and crawler and may import neither
     ("outputs", "daemon"),
     ("stages",),  # the pipeline stages
+    ("node",),  # the seams as one object: the embedded node (a cluster's implements it too)
     ("cluster",),  # Redis scale-out, hooked into the stages by the crawler
     ("crawler",),  # builds and wires everything
     ("cli",),
@@ -246,4 +252,91 @@ def test_an_upward_import_and_a_circle_are_named_with_file_and_line(tmp_path: Pa
         "(larbinpy/stages/bandwidth.py:3) -> larbinpy.net",
         "larbinpy.net.body (larbinpy/net/body.py:6) -> larbinpy.stages.bandwidth "
         "(larbinpy/stages/bandwidth.py:3) -> larbinpy.net.body",
+    ]
+
+
+# --- one owner of a site's state ---
+
+SITE_OWNER = "larbinpy/frontier/sites.py"
+# Not checked: what a record is made with and never changes (its key, host, address), and
+# `pages`, a name `Stats` and the demo web's sites share (`Sites.count_page` counts it all the
+# same). Every other field is a politeness clock, the queue, robots.txt state or back-off.
+UNCHECKED_FIELDS = frozenset({"key", "host", "addr", "pages"})
+SITE_FIELDS = frozenset(
+    f.name for record in (Site, IpSlot) for f in dataclasses.fields(record)
+) - UNCHECKED_FIELDS
+# calls that change a field's value in place: a queue, the IP's FIFO, a timer
+MUTATORS = frozenset({"append", "appendleft", "extend", "extendleft", "insert", "pop",
+                      "popleft", "remove", "clear", "rotate", "cancel"})
+
+
+def _site_field(node: ast.expr) -> str | None:
+    """The field named if `node` is `<something>.<a Site or IpSlot field>`, else None.
+    `self.<name>` is a class's own attribute: `Site` and `IpSlot` have no methods."""
+    if (isinstance(node, ast.Attribute) and node.attr in SITE_FIELDS
+            and not (isinstance(node.value, ast.Name) and node.value.id == "self")):
+        return node.attr
+    return None
+
+
+def _written(node: ast.AST) -> list[tuple[ast.expr, str]]:
+    """The attribute expressions a statement or call writes, with how."""
+    if isinstance(node, ast.Assign | ast.Delete):
+        how = "assigns" if isinstance(node, ast.Assign) else "deletes"
+        flat = [t for target in node.targets for t in
+                (ast.walk(target) if isinstance(target, ast.Tuple | ast.List) else [target])]
+        return [(t, how) for t in flat if isinstance(t, ast.expr)]
+    if isinstance(node, ast.AugAssign | ast.AnnAssign):
+        return [(node.target, "assigns")]
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in MUTATORS):
+        return [(node.func.value, f"calls {node.func.attr}() on")]
+    return []
+
+
+def site_writes(root: Path) -> list[str]:
+    """Every place outside the site table that changes a field of a Site or an IpSlot, as
+    "file:line: assigns .field" (found by attribute name: any object but `self`)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        where = str(path.relative_to(root.parent))
+        if where == SITE_OWNER:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        writes = [(node.lineno, how, name) for node in ast.walk(tree)
+                  for target, how in _written(node)
+                  if (name := _site_field(target)) is not None]
+        found += [f"{where}:{line}: {how} .{name}" for line, how, name in sorted(writes)]
+    return found
+
+
+def test_only_the_site_table_changes_a_sites_state() -> None:
+    found = site_writes(ROOT)
+    assert not found, ("a site's state changed outside the site table (use a `Sites` "
+                       "method):\n" + "\n".join(found))
+
+
+def test_a_write_to_a_sites_state_elsewhere_is_named_with_file_and_line(tmp_path: Path) -> None:
+    """Assignments, augmented ones, in-place changes of a queue or timer are found; a class's
+    own attributes of the same names and the site table itself are not."""
+    (tmp_path / "larbinpy" / "stages").mkdir(parents=True)
+    (tmp_path / "larbinpy" / "frontier").mkdir()
+    (tmp_path / "larbinpy" / "frontier" / "sites.py").write_text("site.ready_at = 1.0\n")
+    (tmp_path / "larbinpy" / "stages" / "opener.py").write_text(
+        "def turn(self, site, ip):\n"
+        "    self.in_flight += 1\n"
+        "    site.ready_at = max(site.ready_at, 1.0)\n"
+        "    site.ip.in_flight -= 1\n"
+        "    site.state, x = None, 1\n"
+        "    ip.waiting.appendleft(site)\n"
+        "    site.timer.cancel()\n"
+        "    site.queue.popleft()\n"
+        "    self.stats.pages += 1\n")
+    assert site_writes(tmp_path / "larbinpy") == [
+        "larbinpy/stages/opener.py:3: assigns .ready_at",
+        "larbinpy/stages/opener.py:4: assigns .in_flight",
+        "larbinpy/stages/opener.py:5: assigns .state",
+        "larbinpy/stages/opener.py:6: calls appendleft() on .waiting",
+        "larbinpy/stages/opener.py:7: calls cancel() on .timer",
+        "larbinpy/stages/opener.py:8: calls popleft() on .queue",
     ]

@@ -40,9 +40,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from redis.exceptions import RedisError
 
@@ -58,8 +56,8 @@ from larbinpy.config import Config, ConfigError
 from larbinpy.frontier.interface import Frontier
 from larbinpy.frontier.robotsdb import VerdictStore
 from larbinpy.frontier.seen import BitmapSeenSet
-from larbinpy.frontier.sites import Sites
 from larbinpy.links.urls import site_key
+from larbinpy.node import CrawlHooks
 from larbinpy.records import Job, Site
 from larbinpy.stages.opener import PageFetch, RobotsFetch
 from larbinpy.stats import Stats
@@ -75,20 +73,11 @@ def default_node_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-@dataclass(frozen=True)
-class CrawlHooks:
-    """What a node calls back in its crawl: the stages built on the cluster's seams."""
-
-    sites: Sites  # the site queues: rebalancing empties them, a deferred fetch goes back
-    queued: Callable[[], None]  # jobs reached the local FIFO: wake the sequencer
-    changed: Callable[[], None]  # something finished: re-check whether the crawl is done
-    idle: Callable[[], bool]  # nothing queued, parked or in flight here (`Crawler.idle`)
-    parse_pending: Callable[[], None]  # parse the pages read so far (links on to admission)
-
-
 class Cluster:
-    """This node's part of a cluster crawl."""
+    """This node's part of a cluster crawl (a `node.Node`)."""
 
+    # its queues and seen-set are in Redis: the local stateDir is wiped, the bitmap a cache
+    local_state: ClassVar[bool] = False
     # built by `bind`: they call back into the crawl
     hooks: CrawlHooks
     fetched: Fetched
@@ -112,11 +101,10 @@ class Cluster:
         self.closed = False
         self._last_beat = 0.0
 
-    def bind(self, *, sites: Sites, queued: Callable[[], None], changed: Callable[[], None],
-             idle: Callable[[], bool], parse_pending: Callable[[], None]) -> None:
-        """The crawl's side (`CrawlHooks`), once its stages exist: before `page_fetch`,
-        `robots_fetch` and `start`."""
-        hooks = self.hooks = CrawlHooks(sites, queued, changed, idle, parse_pending)
+    def bind(self, hooks: CrawlHooks) -> None:
+        """The crawl's side, once its stages exist: before `page_fetch`, `robots_fetch` and
+        `start`."""
+        self.hooks = hooks
         self.fetched = Fetched(self.link, hooks.parse_pending, self.admission.settled)
         self.termination = Termination(self.link, hooks.idle, self.seq, hooks.changed)
         cfg = self.cfg
@@ -198,6 +186,9 @@ class Cluster:
             sites.rest(site)
         if moved:
             log.info("cluster: handing %d queued URLs to their new owners", moved)
+
+    def recover(self) -> None:
+        """Nothing local to mend: what this node must fetch is in Redis (`start` takes it)."""
 
     def idle(self) -> bool:
         """Nothing waiting for Redis: admission, outbox, inbound entries not acknowledged."""

@@ -79,7 +79,7 @@ class IpClock:
         ms = min(ms, self.gap_ms)
         self.deferred += 1
         # park the site on its IP's local clock: the opener wakes it then, no polling
-        site.ip.ready_at = max(site.ip.ready_at, asyncio.get_running_loop().time() + ms / 1000)
+        self.sites.hold_back_ip(site, asyncio.get_running_loop().time() + ms / 1000)
         return ms / 1000
 
     async def release(self, site: Site) -> None:

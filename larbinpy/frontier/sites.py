@@ -23,6 +23,7 @@ it was given first (the embedded crawl's `never_forward`, or `cluster.Cluster.fo
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -142,6 +143,14 @@ class Sites:
         """Does the site have jobs waiting (in memory or spilled)?"""
         return bool(site.queue) or bool(self.spill.count(site.key))
 
+    def recrawl_state(self, site: Site) -> object:
+        """The recrawl's state of a site (None until `set_recrawl_state`); forgotten with it."""
+        return site.recrawl
+
+    def set_recrawl_state(self, site: Site, state: object) -> None:
+        """Keep the recrawl's state of a site (its budget multiplier, validator trust)."""
+        site.recrawl = state
+
     def window(self) -> int:
         """Jobs a site may hold in memory now: its share of MEMORY_JOBS among the sites that
         are not idle, within MIN_WINDOW..SITE_WINDOW."""
@@ -222,6 +231,155 @@ class Sites:
             slot.users -= 1
             if slot.users <= 0 and not slot.in_flight and not slot.waiting:
                 self.ips.pop(slot.addr, None)
+
+    # --- a site's state: the stages decide, the table writes (one owner, its invariants) ---
+
+    def resolving(self, site: Site) -> None:
+        """The site waits for DNS (new, or its negative cache expired)."""
+        site.state = SiteState.DNS
+
+    def resolved(self, site: Site, addr: str, robots_first: bool) -> None:
+        """DNS answered: the site has its address's politeness slot (`attach`) and waits for
+        robots.txt (`robots_first`) or is ready."""
+        self.attach(site, addr)
+        site.state = SiteState.ROBOTS if robots_first else SiteState.READY
+
+    def kill(self, site: Site, kind: Outcome, until: float, note: str | None = None) -> None:
+        """The site is DEAD until `until` (loop clock): its queue is dropped as `kind`, and
+        URLs arriving meanwhile are counted so at once (`enqueue`); `note`: why, for the crawl
+        log."""
+        site.state = SiteState.DEAD
+        site.dead_reason = kind
+        site.dead_note = note
+        site.dead_until = until
+        self.drop(site, kind, note)
+        self.rest(site)  # nothing left to do: its record may be forgotten in time
+
+    def robots_known(self, site: Site, rules: object, expires: float, delay: float) -> None:
+        """robots.txt's rules (None: allow all) hold until `expires`: the site is READY, its
+        robots.txt failures are forgotten, and `delay` spaces its fetches from now on."""
+        site.robots = rules
+        site.robots_expires = expires
+        site.robots_failures = 0
+        site.delay = delay
+        site.state = SiteState.READY
+
+    def robots_failing(self, site: Site, failures: int) -> None:
+        """robots.txt failed `failures` times in a row (5xx, 429, unreachable): the site's jobs
+        wait for its retry."""
+        site.robots_failures = failures
+
+    def robots_given_up(self, site: Site, until: float, note: str) -> None:
+        """robots.txt failed for good: complete disallow until `until` (a DEAD site whose URLs
+        are forbiddenRobots), its failures forgotten."""
+        site.robots_failures = 0
+        self.kill(site, Outcome.forbiddenRobots, until, note)
+
+    def hold_back(self, site: Site, until: float) -> None:
+        """The site fetches nothing before `until`; its clock only ever moves later."""
+        if until > site.ready_at:
+            site.ready_at = until
+
+    def hold_back_ip(self, site: Site, until: float) -> None:
+        """The site's IP fetches nothing before `until` (another node holds it); its clock only
+        ever moves later."""
+        ip = site.ip
+        assert ip is not None
+        if until > ip.ready_at:
+            ip.ready_at = until
+
+    def back_off(self, site: Site, until: float) -> None:
+        """A 429/503: one more in a row (the exponent of the next back-off) and the site
+        fetches nothing before `until`."""
+        site.backoffs += 1
+        self.hold_back(site, until)
+
+    def answered(self, site: Site) -> None:
+        """Any other answer: the site answers normally again, the next back-off starts over."""
+        site.backoffs = 0
+
+    def count_page(self, site: Site) -> None:
+        """A page fetch of the site starts (what `maxPagesPerSite` counts)."""
+        site.pages += 1
+
+    def enter_ready(self, site: Site) -> IpSlot:
+        """The site goes on the opener's ready queue: once (`in_ready`), holding one of its
+        IP's places until `leave_ready`; returns that IP."""
+        ip = site.ip
+        assert ip is not None
+        site.in_ready = True
+        ip.in_ready += 1
+        return ip
+
+    def leave_ready(self, site: Site, ip: IpSlot) -> None:
+        """A worker took the site off the ready queue: the place it held on `ip` is free."""
+        site.in_ready = False
+        ip.in_ready -= 1
+
+    def wait_for_ip(self, site: Site, front: bool) -> IpSlot:
+        """The site waits in its IP's FIFO (once: `waiting_ip`), at its head with `front`, and
+        without a timer of its own; returns that IP."""
+        ip = site.ip
+        assert ip is not None
+        if site.timer is not None:
+            site.timer.cancel()
+            site.timer = None
+        site.waiting_ip = True
+        if front:
+            ip.waiting.appendleft(site)
+        else:
+            ip.waiting.append(site)
+        return ip
+
+    def next_waiting(self, ip: IpSlot) -> Site:
+        """The site that waited longest in the IP's FIFO leaves it."""
+        site = ip.waiting.popleft()
+        site.waiting_ip = False
+        return site
+
+    def arm_ip(self, ip: IpSlot, loop: asyncio.AbstractEventLoop,
+               due: Callable[[IpSlot], object]) -> None:
+        """The IP's one timer, for when its clock is due (`ready_at` only grows: an armed timer
+        fires at or before it, and `due` re-arms)."""
+        if ip.timer is None:
+            ip.timer = loop.call_at(ip.ready_at, due, ip)
+
+    def ip_timer_fired(self, ip: IpSlot) -> None:
+        """The IP's timer fired: it has none armed."""
+        ip.timer = None
+
+    def park(self, site: Site, at: float, loop: asyncio.AbstractEventLoop,
+             wake: Callable[[Site], object]) -> None:
+        """Wake the site at `at` on its own clock: one timer per site, the earlier one kept."""
+        if site.timer is not None:
+            if site.timer.when() <= at:
+                return
+            site.timer.cancel()
+        site.timer = loop.call_at(at, wake, site)
+
+    def timer_fired(self, site: Site) -> None:
+        """The site's timer fired: it has none armed."""
+        site.timer = None
+
+    def start_fetch(self, site: Site) -> IpSlot:
+        """A fetch of the site starts: counted on it and its IP until `end_fetch`; returns
+        that IP."""
+        ip = site.ip
+        assert ip is not None
+        site.in_flight += 1
+        ip.in_flight += 1
+        return ip
+
+    def end_fetch(self, site: Site, now: float) -> IpSlot:
+        """A fetch ended: uncounted, and both clocks restart from `now` (the site's by its
+        delay, the IP's by `waitDuration`; neither moves back); returns the IP."""
+        ip = site.ip
+        assert ip is not None
+        site.in_flight -= 1
+        ip.in_flight -= 1
+        site.ready_at = max(site.ready_at, now + site.delay)
+        ip.ready_at = max(ip.ready_at, now + self.default_delay)
+        return ip
 
     def jobs(self) -> Iterator[Job]:
         """The jobs in the in-memory windows, for a checkpoint (spill files have cursors)."""

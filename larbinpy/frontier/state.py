@@ -12,6 +12,8 @@ Layout:
   is pushed and flushed there *before* its URL is marked seen, so these files are also the
   journal of everything accepted.
 - `spill/`: per-site queues beyond the in-memory window (`diskqueue.SiteSpill`).
+- `schedule/`: with `recrawl on`, every fetched page's history and next due time
+  (`schedule.Schedule`); its read position is in the checkpoint.
 - `robots.jsonl`: the robots.txt verdicts learned (`robotsdb.FileVerdicts`), appended as
   learned, compacted at checkpoints.
 - `checkpoint`: the URLs seen so far (a count, for the figures), the read cursors of the
@@ -64,6 +66,7 @@ class Saved:
     jobs: list[Job] = field(default_factory=list)
     urls_seen: int = 0  # URLs accepted by the seen-set up to this checkpoint
     fresh: bool = True  # no checkpoint at all: a new crawl
+    schedule: object = None  # recrawl: the schedule's position (`schedule.Schedule.position`)
 
 
 def _saved(cursors: dict[str, dict[str, list[int]]], jobs: list[Job]) -> Saved:
@@ -74,6 +77,7 @@ def _saved(cursors: dict[str, dict[str, list[int]]], jobs: list[Job]) -> Saved:
         jobs,
         urls_seen=int(cursors.get("urls_seen", 0)),  # type: ignore[call-overload]
         fresh=False,
+        schedule=cursors.get("schedule"),
     )
 
 
@@ -109,6 +113,7 @@ class StateDir:
         self._check_meta(meta)
         self.frontier_dir = self.root / "frontier"
         self.spill_dir = self.root / "spill"
+        self.schedule_dir = self.root / "schedule"  # recrawl (frontier/schedule.py)
 
     def _lock(self) -> int:
         """Take the state's lock for the life of the process (the kernel drops it at exit,
@@ -140,7 +145,7 @@ class StateDir:
     def _wipe(self) -> None:
         """--scratch: forget everything saved."""
         for p in self.root.iterdir():
-            if p.name in ("frontier", "spill") and p.is_dir():
+            if p.name in ("frontier", "spill", "schedule") and p.is_dir():
                 shutil.rmtree(p)
             elif p.name in ("meta.json", "done", "done.tmp") or p.name.startswith(
                     ("journal.", "checkpoint", "robots.")) or p.suffix == ".bitmap":
@@ -218,12 +223,15 @@ class StateDir:
 
     def write_checkpoint(
         self, frontier: dict[int, Position], spill: dict[str, Position], jobs: Iterable[Job],
-        urls_seen: int = 0,
+        urls_seen: int = 0, schedule: object = None,
     ) -> None:
-        """Durably replace the checkpoint (temporary file, fsync, rename, fsync the folder)."""
+        """Durably replace the checkpoint (temporary file, fsync, rename, fsync the folder);
+        `schedule`: recrawl's schedule position (JSON), absent without recrawl."""
         fields: dict[str, object] = {"frontier": frontier, "spill": spill}
         if urls_seen:  # absent means none (and older checkpoints have no count)
             fields["urls_seen"] = urls_seen
+        if schedule is not None:
+            fields["schedule"] = schedule
         cursors = json.dumps(fields, separators=(",", ":")) + "\n"
         head = cursors.encode("utf-8", "surrogateescape")
         crc, count, jobs = zlib.crc32(head), 1, list(jobs)

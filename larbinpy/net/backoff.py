@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import email.utils
 import time
-from collections.abc import Callable
+from typing import Protocol
 
 from larbinpy.records import Job, Site
 
@@ -40,37 +40,41 @@ def retry_after(value: str | None, cap: float) -> float | None:
     return min(max(seconds, 0.0), cap)
 
 
-def back_off(site: Site, header: str | None, cap: float, now: float) -> float:
-    """Pause the site after a 429/503 answer; the pause in seconds."""
-    site.backoffs += 1
+def pause_for(site: Site, header: str | None, cap: float) -> float:
+    """Seconds the site pauses for its next 429/503 answer in a row."""
     pause = retry_after(header, cap)
     if pause is None:
         # the exponent is bounded: a server answering 429 a thousand times must not overflow it
-        pause = min(max(site.delay, BACKOFF_MIN) * 2 ** min(site.backoffs - 1, 30), cap)
-    site.ready_at = max(site.ready_at, now + pause)
+        pause = min(max(site.delay, BACKOFF_MIN) * 2 ** min(site.backoffs, 30), cap)
     return pause
+
+
+class SiteTable(Protocol):
+    """What a back-off changes, through the site table (`frontier.sites.Sites`, its owner)."""
+
+    def back_off(self, site: Site, until: float, /) -> None: ...
+    def answered(self, site: Site, /) -> None: ...
+    def enqueue(self, job: Job, now: float, /) -> None: ...
 
 
 class BackOff:
     """The reader's answer to a 429/503: the site pauses, the job goes back to its queue."""
 
-    def __init__(self, max_retries: int, max_retry_after: float,
-                 enqueue: Callable[[Job, float], None]) -> None:
+    def __init__(self, max_retries: int, max_retry_after: float, sites: SiteTable) -> None:
         self.max_retries, self.cap = max_retries, max_retry_after
-        self.enqueue = enqueue  # `Sites.enqueue`: the job waits on its site's queue again
+        self.sites = sites  # the job waits on its site's queue again (`enqueue`)
 
     def retry(self, site: Site, job: Job, header: str | None, now: float) -> bool:
         """After a 429/503 (`header`: its Retry-After): pause the site; True when the job went
         back to its site's queue, False when its retries are spent."""
-        back_off(site, header, self.cap, now)
+        self.sites.back_off(site, now + pause_for(site, header, self.cap))
         if job.retries >= self.max_retries:
             return False
         job.retries += 1
-        self.enqueue(job, now)
+        self.sites.enqueue(job, now)
         return True
 
-    @staticmethod
-    def answered(site: Site) -> None:
+    def answered(self, site: Site) -> None:
         """Any other answer: the site answers normally again, the next back-off starts over."""
         if site.backoffs:
-            site.backoffs = 0
+            self.sites.answered(site)

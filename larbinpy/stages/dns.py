@@ -37,7 +37,7 @@ import pycares
 from larbinpy.config import Config
 from larbinpy.frontier.sites import Sites
 from larbinpy.net.policy import NetworkPolicy
-from larbinpy.records import Site, SiteState
+from larbinpy.records import Site
 from larbinpy.stats import Outcome, Stats
 
 log = logging.getLogger("larbinpy.dns")
@@ -92,7 +92,7 @@ class Dns:
 
     def submit(self, site: Site) -> None:
         """A site needs its address: look it up (or join the lookup in flight)."""
-        site.state = SiteState.DNS
+        self.sites.resolving(site)
         if self.proxied and ip_literal(site.host) is None:
             self._via_proxy(site)
             return
@@ -105,8 +105,7 @@ class Dns:
 
     def _via_proxy(self, site: Site) -> None:
         """The proxy resolves this host: on to robots.txt (or ready) without a query."""
-        self.sites.attach(site, "host " + site.host)
-        site.state = SiteState.ROBOTS if self.cfg.robots else SiteState.READY
+        self.sites.resolved(site, "host " + site.host, self.cfg.robots)
         self.on_resolved(site)
 
     def lookup(self, host: str) -> asyncio.Future[list[str]]:
@@ -156,15 +155,10 @@ class Dns:
         ips = fut.result()
         allowed = [ip for ip in ips if self.policy.allowed(ip)]
         if not allowed:
-            site.state = SiteState.DEAD
-            site.dead_reason = Outcome.deniedNetwork if ips else Outcome.noDNS
-            site.dead_note = None
-            site.dead_until = self.cache.get(site.host, (now + NEGATIVE_TTL, []))[0]
-            self.sites.drop(site, site.dead_reason)
-            self.sites.rest(site)
+            self.sites.kill(site, Outcome.deniedNetwork if ips else Outcome.noDNS,
+                            self.cache.get(site.host, (now + NEGATIVE_TTL, []))[0])
         else:
-            self.sites.attach(site, politeness_key(allowed[0]))
-            site.state = SiteState.ROBOTS if self.cfg.robots else SiteState.READY
+            self.sites.resolved(site, politeness_key(allowed[0]), self.cfg.robots)
         self.on_resolved(site)
 
     async def _worker(self) -> None:

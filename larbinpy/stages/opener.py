@@ -72,7 +72,6 @@ class Opener:
         self.on_fetch_done = on_fetch_done
         self.fetch_page, self.fetch_robots = fetch_page, fetch_robots
         self.per_host = cfg.connections_per_host
-        self.ip_gap = cfg.wait_duration
         # each entry holds one of its IP's places (`IpSlot.in_ready`) until a worker takes it
         self.ready: asyncio.Queue[tuple[Site, IpSlot]] = asyncio.Queue()
         self.in_flight = 0
@@ -92,11 +91,7 @@ class Opener:
         loop = asyncio.get_running_loop()
         verdict = self._verdict(site, loop.time())
         if verdict == "go":
-            ip = site.ip
-            assert ip is not None
-            site.in_ready = True
-            ip.in_ready += 1
-            self.ready.put_nowait((site, ip))
+            self.ready.put_nowait((site, self.sites.enter_ready(site)))
         elif verdict == "ip":
             self._wait_ip(site, front)
         elif isinstance(verdict, float):
@@ -120,16 +115,7 @@ class Opener:
 
     def _wait_ip(self, site: Site, front: bool) -> None:
         """The site waits in its IP's FIFO, without a timer of its own."""
-        ip = site.ip
-        assert ip is not None
-        if site.timer is not None:
-            site.timer.cancel()
-            site.timer = None
-        site.waiting_ip = True
-        if front:
-            ip.waiting.appendleft(site)
-        else:
-            ip.waiting.append(site)
+        ip = self.sites.wait_for_ip(site, front)
         self._wake_ip(ip)  # its clock may be all that holds the site: the IP's timer then
 
     def _wake_ip(self, ip: IpSlot) -> None:
@@ -147,30 +133,22 @@ class Opener:
         now = loop.time()
         while ip.waiting and ip.in_flight + ip.in_ready < self.per_host:
             if ip.ready_at > now:
-                # `ready_at` only grows: an armed timer fires at or before it and re-arms
-                if ip.timer is None:
-                    ip.timer = loop.call_at(ip.ready_at, self._ip_due, ip)
+                self.sites.arm_ip(ip, loop, self._ip_due)
                 return
-            site = ip.waiting.popleft()
-            site.waiting_ip = False
-            self.consider(site)
+            self.consider(self.sites.next_waiting(ip))
 
     def _ip_due(self, ip: IpSlot) -> None:
         """An IP's timer fired: its clock may be due."""
-        ip.timer = None
+        self.sites.ip_timer_fired(ip)
         self._wake_ip(ip)
 
     def _park(self, site: Site, at: float, loop: asyncio.AbstractEventLoop) -> None:
         """Wake the site at `at`, its own clock (one timer per site)."""
-        if site.timer is not None:
-            if site.timer.when() <= at:
-                return
-            site.timer.cancel()
-        site.timer = loop.call_at(at, self._wake, site)
+        self.sites.park(site, at, loop, self._wake)
 
     def _wake(self, site: Site) -> None:
         """A parked site's timer fired."""
-        site.timer = None
+        self.sites.timer_fired(site)
         self.consider(site)
 
     async def _worker(self) -> None:
@@ -178,8 +156,8 @@ class Opener:
         loop = asyncio.get_running_loop()
         while not self.stopping:
             site, ip = await self.ready.get()
-            site.in_ready = False
-            ip.in_ready -= 1  # its place on the IP: taken by its fetch, or woken for another
+            # its place on the IP: taken by its fetch, or woken for another
+            self.sites.leave_ready(site, ip)
             if self.stopping:
                 break
             try:
@@ -225,16 +203,13 @@ class Opener:
         """Reading a site's queue was refused (EMFILE, ENOMEM...): it waits SHORT_RETRY seconds;
         its queue is untouched (SiteSpill's contract), so nothing is lost."""
         self.reader.stats.resource_waits += 1
-        site.ready_at = max(site.ready_at, asyncio.get_running_loop().time() + SHORT_RETRY)
+        self.sites.hold_back(site, asyncio.get_running_loop().time() + SHORT_RETRY)
         log.warning("cannot read the queue of %s (%s): retrying in %.0f s", site.key, exc,
                     SHORT_RETRY)
 
     async def _run(self, site: Site, job: Job | None) -> None:
         """One fetch (robots.txt when job is None) between the politeness bookkeeping."""
-        ip = site.ip
-        assert ip is not None
-        site.in_flight += 1
-        ip.in_flight += 1
+        self.sites.start_fetch(site)
         self.in_flight += 1
         if job is not None:
             self.active[id(job)] = job
@@ -254,13 +229,8 @@ class Opener:
 
     def _release(self, site: Site, now: float, robots: bool = False) -> None:
         """A fetch ended: restart both clocks, then wake its IP's waiters and this site."""
-        ip = site.ip
-        assert ip is not None
-        site.in_flight -= 1
-        ip.in_flight -= 1
+        ip = self.sites.end_fetch(site, now)
         self.in_flight -= 1
-        site.ready_at = max(site.ready_at, now + site.delay)
-        ip.ready_at = max(ip.ready_at, now + self.ip_gap)
         if robots:
             # robots.txt is fetched for the site's pages, not as its turn: its next page comes
             # first (else on a shared IP that keeps finding new hosts, their robots.txt would

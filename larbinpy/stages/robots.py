@@ -35,7 +35,8 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 
 from protego import Protego
 from yarl import URL
@@ -51,7 +52,7 @@ from larbinpy.net.docmemory import DocumentMemory, Reservation
 from larbinpy.net.http1 import FetchError, Http1Client, split_http_url
 from larbinpy.net.policy import NetworkPolicy
 from larbinpy.outputs import page_from_response
-from larbinpy.records import Job, Page, Site, SiteState
+from larbinpy.records import Job, Page, Site
 from larbinpy.stages.dns import NEGATIVE_TTL, ip_literal
 from larbinpy.stats import Outcome, Stats
 
@@ -125,20 +126,83 @@ class SharedRules:
         return self.parsed[data]
 
 
+Answer = tuple[int | None, bytes, str | None, float | None]  # `Robots._get_one`'s
+
+
+class RecentAnswers:
+    """The answers of the robots.txt URLs fetched in the last `ttl` seconds, by URL, so two
+    sites whose robots.txt chains meet (an apex redirecting to its www.) cost one request for
+    the URL they share: a fetch of a URL already on the wire waits for that one. Failures
+    (unreachable, 5xx, 429) are not kept: each site retries on its own clock. Bounded in
+    entries and in the bytes of the bodies kept (the oldest are forgotten)."""
+
+    MAX_ENTRIES = 4096
+    MAX_BYTES = 8 << 20
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self.entries: OrderedDict[str, tuple[float, asyncio.Future[Answer]]] = OrderedDict()
+        self.nbytes = 0  # body bytes of the answers kept
+
+    async def get(self, url: str, fetch: Callable[[str, Reservation | None],
+                                                  Awaitable[Answer]],
+                  held: Reservation | None) -> Answer:
+        """The answer for `url`: a recent one, the one on the wire, or `fetch`'s."""
+        now = time.monotonic()
+        entry = self.entries.get(url)
+        if entry is not None and (entry[0] > now or not entry[1].done()):
+            return await asyncio.shield(entry[1])
+        if entry is not None:
+            self._forget(url)
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self.entries[url] = (now + self.ttl, future)
+        try:
+            answer = await fetch(url, held)
+        except BaseException as exc:
+            self._forget(url, future)
+            if isinstance(exc, asyncio.CancelledError):
+                future.cancel()
+            else:
+                future.set_exception(exc)
+                future.exception()  # retrieved: waiters get it, nobody else must
+            raise
+        status = answer[0]
+        kept = status is not None and status < 500 and status != 429
+        if not kept:
+            self._forget(url, future)
+        future.set_result(answer)
+        if kept and url in self.entries:
+            self.nbytes += len(answer[1])
+            while len(self.entries) > self.MAX_ENTRIES or self.nbytes > self.MAX_BYTES:
+                self._forget(next(iter(self.entries)))
+        return answer
+
+    def _forget(self, url: str, future: asyncio.Future[Answer] | None = None) -> None:
+        """Drop `url`'s entry (only if it is still `future`'s, when given)."""
+        entry = self.entries.get(url)
+        if entry is None or (future is not None and entry[1] is not future):
+            return
+        del self.entries[url]
+        done = entry[1]
+        if done.done() and not done.cancelled() and done.exception() is None:
+            self.nbytes -= len(done.result()[1])
+
+
 class Robots:
     """Fetches, parses and applies robots.txt per site."""
 
     def __init__(
         self, cfg: Config, stats: Stats, sites: Sites, policy: NetworkPolicy, *,
+        session: LazySession, http1: Http1Client | None, memory: DocumentMemory,
         record: Callable[[Page], None] | None = None,
         on_sitemaps: Callable[[str, list[str], int], None] | None = None,
         store: VerdictStore | None = None,
     ) -> None:
         self.cfg, self.stats, self.sites = cfg, stats, sites
-        self.session: LazySession | None = None
+        self.session = session
         # plain http:// without a proxy (http1.py): its keep-alive connection then serves the
         # site's first pages too
-        self.http1: Http1Client | None = None
+        self.http1 = http1
         self.agent = product_token(cfg.user_agent)
         self.shared = SharedRules()
         # host names are checked by the crawl's resolver; IP literals must be checked here
@@ -150,7 +214,10 @@ class Robots:
         # verdicts outliving this process (stateDir, or Redis in a cluster); None: memory only
         self.store = store
         # the process's document memory: a robots.txt body holds its bytes until parsed
-        self.memory: DocumentMemory | None = None
+        self.memory = memory
+        # one request per robots.txt URL: an apex's robots.txt redirecting to its www.'s is
+        # the www. site's answer too, for robotsTtl
+        self.answers = RecentAnswers(cfg.robots_ttl)
 
     def needs_fetch(self, site: Site, now: float) -> bool:
         """Must robots.txt be (re)fetched before the next page of this site?"""
@@ -174,7 +241,7 @@ class Robots:
         if verdict.disallow:
             self._give_up(site, expires, "robots.txt failed earlier (its verdict was kept)")
         elif verdict.failures:
-            site.robots_failures = verdict.failures
+            self.sites.robots_failing(site, verdict.failures)
             return False
         else:
             self._open(site, verdict.body, expires)
@@ -182,15 +249,13 @@ class Robots:
 
     async def fetch(self, site: Site) -> None:
         """Fetch and parse the site's robots.txt, or plan a retry."""
-        assert self.session is not None
         if self.store is not None:
             verdict = await self.store.lookup(site.key)
             if verdict is not None and self._adopt(site, verdict,
                                                    asyncio.get_running_loop().time()):
                 return
         self.stats.robots_fetches += 1
-        held = (None if self.memory is None
-                else self.memory.reservation(time.monotonic() + self.cfg.timeout_total))
+        held = self.memory.reservation(time.monotonic() + self.cfg.timeout_total)
         try:
             status, data, wait = await self._get(site.key + "/robots.txt", held)
             now = asyncio.get_running_loop().time()
@@ -201,8 +266,7 @@ class Robots:
             else:
                 self._failed(site, now, wait, status)
         finally:
-            if held is not None:  # parsed (or failed): its memory goes back
-                held.release()
+            held.release()  # parsed (or failed): its memory goes back
 
     async def _get(self, url: str, held: Reservation | None = None,
                    ) -> tuple[int | None, bytes, float | None]:
@@ -211,12 +275,11 @@ class Robots:
         their memory from `held`."""
         try:
             for _ in range(MAX_ROBOTS_REDIRECTS + 1):
-                status, data, target, wait = await self._get_one(url, held)
+                status, data, target, wait = await self.answers.get(url, self._get_one, held)
                 if target is None:
                     return status, data, wait
                 url = target
         except Exception as exc:  # noqa: BLE001 - a failure, unless it is a bug (re-raised)
-            assert self.session is not None
             kind = failure_kind(exc, self.session)
             if kind is Outcome.tlsError:
                 return TLS_FAILED, b"", None
@@ -228,7 +291,6 @@ class Robots:
     async def _get_one(self, url: str, held: Reservation | None = None,
                        ) -> tuple[int | None, bytes, str | None, float | None]:
         """One request: (status, body, redirect target or None, Retry-After seconds or None)."""
-        assert self.session is not None
         target = URL(url)
         literal = ip_literal(target.raw_host or "")
         if literal is not None and not self.policy.allowed(literal):
@@ -268,53 +330,42 @@ class Robots:
 
     def _open(self, site: Site, data: bytes | None, expires: float) -> None:
         """Rules are known: parse them (None = allow all) and open the site."""
-        site.robots = self.shared.get(data) if data else None
-        site.robots_expires = expires
-        site.robots_failures = 0
-        site.delay = self.cfg.wait_duration
-        if site.robots is not None:
-            delay = site.robots.crawl_delay(self.agent)
-            if delay:
-                site.delay = max(site.delay, min(float(delay), self.cfg.max_crawl_delay))
-            if self.cfg.sitemaps and self.on_sitemaps is not None:
-                listed = list(site.robots.sitemaps)  # nothing to do for most sites
-                if listed:
-                    self.on_sitemaps(site.key + "/robots.txt", listed, MAX_NESTING)
-        site.state = SiteState.READY
+        rules = self.shared.get(data) if data else None
+        delay = self.cfg.wait_duration
+        if rules is not None:
+            asked = rules.crawl_delay(self.agent)
+            if asked:
+                delay = max(delay, min(float(asked), self.cfg.max_crawl_delay))
+        self.sites.robots_known(site, rules, expires, delay)
+        if rules is not None and self.cfg.sitemaps and self.on_sitemaps is not None:
+            listed = list(rules.sitemaps)  # nothing to do for most sites
+            if listed:
+                self.on_sitemaps(site.key + "/robots.txt", listed, MAX_NESTING)
 
     def _failed(self, site: Site, now: float, wait: float | None = None,
                 status: int | None = None) -> None:
         """5xx, 429 or unreachable (`status` None): full disallow for now; retry later (after
         Retry-After when given), at most `maxRetries` times, then complete disallow stands for
         `robotsTtl`."""
-        site.robots_failures += 1
+        failures = site.robots_failures + 1
+        self.sites.robots_failing(site, failures)
         until = time.time() + self.cfg.robots_ttl
-        if site.robots_failures > self.cfg.max_retries:
+        if failures > self.cfg.max_retries:
             self._put(site, Verdict(until, disallow=True))
             self._give_up(site, now + self.cfg.robots_ttl,
                           f"robots.txt {'unreachable' if status is None else f'answered {status}'}"
-                          f" (tries: {site.robots_failures})")
+                          f" (tries: {failures})")
             return
-        self._put(site, Verdict(until, failures=site.robots_failures))
-        site.ready_at = max(site.ready_at, now + (RETRY_DELAY if wait is None else wait))
+        self._put(site, Verdict(until, failures=failures))
+        self.sites.hold_back(site, now + (RETRY_DELAY if wait is None else wait))
 
     def _give_up(self, site: Site, until: float, note: str) -> None:
         """Complete disallow until `until` (loop clock): the site's jobs, and URLs found for it
         later, are counted as forbiddenRobots at once (a DEAD site refuses them); `note` says
         why in the crawl log."""
-        site.state = SiteState.DEAD
-        site.dead_reason = Outcome.forbiddenRobots
-        site.dead_note = note
-        site.dead_until = until
-        site.robots_failures = 0
-        self.sites.drop(site, Outcome.forbiddenRobots, note)
-        self.sites.rest(site)  # nothing left to do: its record may be forgotten in time
+        self.sites.robots_given_up(site, until, note)
 
     def _bad_certificate(self, site: Site, now: float) -> None:
         """The site's certificate did not verify: its URLs are tlsError for a while."""
-        site.state = SiteState.DEAD
-        site.dead_reason = Outcome.tlsError
-        site.dead_note = None
-        site.dead_until = now + NEGATIVE_TTL
-        self.sites.drop(site, Outcome.tlsError)
+        self.sites.kill(site, Outcome.tlsError, now + NEGATIVE_TTL)
 
