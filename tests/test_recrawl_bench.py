@@ -116,11 +116,12 @@ def test_a_lying_304_leaves_the_copy_stale() -> None:
 
 
 def test_the_recrawl_bench_runs_the_daemon_and_stops_it_with_sigterm() -> None:
-    """A short run on a small changing web: the daemon exits 0, every page is fetched, no gap
-    under waitDuration, and the figures are shares."""
-    r = bench_json("--recrawl", "--seconds", "6", "--hosts-per-kind", "1", "--pages", "4",
-                   "--wait", "0.1", timeout=120)
-    assert r["exit_code"] == 0
+    """A short run on a small changing web, then a restart on its state: the daemon exits 0
+    both times, every page is fetched, pages are revisited (validators sent to the ETag host),
+    no gap under waitDuration, and the figures are shares."""
+    r = bench_json("--recrawl", "--seconds", "4", "--hosts-per-kind", "1", "--pages", "4",
+                   "--wait", "0.1", "--restart", "2", timeout=120)
+    assert r["exit_code"] == 0 and r["restart"]["exit_code"] == 0
     assert r["fetched"] == r["pages"] == 28
     assert r["politeness"]["short_gaps"] == 0
     for name in ("freshness", "uniform", "optimum", "optimum_full"):
@@ -128,6 +129,9 @@ def test_the_recrawl_bench_runs_the_daemon_and_stops_it_with_sigterm() -> None:
     assert r["optimum_full"] >= r["optimum"] - 1e-9
     assert set(r["kinds"]) == {"etag", "lm", "none", "lm-now", "etag-churn", "false-304",
                                "lm-coarse"}
+    if r["recrawl"]:  # this larbinpy revisits
+        assert r["kinds"]["etag"]["revisits"] > 0 and r["kinds"]["etag"]["with_validator"] > 0
+        assert r["restart"]["refetched"] > 0
 
 
 def test_a_restart_is_judged_against_the_next_of_each_page() -> None:
