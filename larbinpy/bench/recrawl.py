@@ -118,9 +118,9 @@ def answers_of(truth: dict[str, Any]) -> list[Answer]:
                    for a in truth["answers"]), key=lambda a: a.start)
 
 
-def page_lines(lines: Iterable[dict[str, Any]], urls: set[str]) -> dict[str, list[dict]]:
+def page_lines(lines: Iterable[dict[str, Any]], urls: set[str]) -> dict[str, list[dict[str, Any]]]:
     """Crawl-log lines of the web's pages, per URL, in time order."""
-    out: dict[str, list[dict]] = defaultdict(list)
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for line in lines:
         if line.get("url") in urls:
             out[line["url"]].append(line)
@@ -280,8 +280,8 @@ def analyse(truth: dict[str, Any], lines: list[dict[str, Any]], end: float, wait
     return result
 
 
-def site_budgets(got: dict[str, list[dict]], by_url: dict[str, dict], start: float,
-                 end: float) -> dict[str, float]:
+def site_budgets(got: dict[str, list[dict[str, Any]]], by_url: dict[str, dict[str, Any]],
+                 start: float, end: float) -> dict[str, float]:
     """Page fetches a second per host after `start` (the first pass's last fetch is not
     counted) until `end`, from the crawl log."""
     count: Counter[str] = Counter()
