@@ -15,9 +15,11 @@ from the crawl log and the server's log of every answer and every change:
   is fresh a share (1 - e^(-lambda I)) / (lambda I) of the time): uniform revisiting and the
   optimum at the crawler's own budget (its page fetches a second per site in that window), and
   the optimum at the sites' full capacity (connectionsPerHost / waitDuration a second);
-* the validator share (revisits to honest validator-giving hosts carrying If-None-Match or
-  If-Modified-Since), the 304 share of their unchanged pages, and politeness gaps (a request
-  starting less than waitDuration after the end of the host's previous one, from the server).
+* the validator share (revisits to the honest validator-giving hosts, `etag` and `lm`, whose copy
+  had a strong validator, carrying If-None-Match or If-Modified-Since), the 304 share of their
+  revisits that found the page unchanged, per kind of host too; politeness gaps (a request
+  starting less than waitDuration after the end of the host's previous one, from the server);
+  with --restart, pages the restarted daemon fetched before their `next`.
 """
 
 from __future__ import annotations
