@@ -12,17 +12,18 @@ from larbinpy.bench.changing import ChangingPage
 from larbinpy.bench.recrawl import (
     analyse,
     copy_freshness,
-    freshness,
-    optimal_allocation,
     optimal_freshness,
+    page_freshness,
+    resumed_schedules,
     uniform_freshness,
 )
+from larbinpy.frontier.freshness import freshness, optimal_allocation
 
 
-def test_freshness_of_a_page_revisited_at_a_fixed_interval() -> None:
-    assert freshness(0.0, 10.0) == 1.0 and freshness(1.0, math.inf) == 0.0
-    assert freshness(0.1, 10.0) == pytest.approx(1 - math.exp(-1))
-    assert freshness(1e-9, 1.0) == pytest.approx(1.0)
+def test_a_static_page_is_fresh_at_any_interval() -> None:
+    assert page_freshness(0.0, math.inf) == page_freshness(0.0, 5.0) == 1.0
+    assert page_freshness(0.1, math.inf) == 0.0
+    assert uniform_freshness([0.0, 0.1], 0.0) == 0.5 == optimal_freshness([0.0, 0.1], 0.0)
 
 
 def test_the_copy_freshness_of_a_simulated_crawl_is_the_formula() -> None:
@@ -44,9 +45,9 @@ def test_copy_freshness_on_a_hand_made_history() -> None:
 
 def test_the_optimum_spends_the_budget_and_beats_uniform() -> None:
     rates = [0.0, 0.001, 0.01, 0.05, 0.2, 1.0, 5.0]
-    freqs = optimal_allocation(rates, 0.3)
-    assert sum(freqs) == pytest.approx(0.3, rel=1e-6)
-    assert freqs[0] == 0.0 and freqs[-1] == 0.0  # static: fetched once; 5/s: out of reach
+    intervals = optimal_allocation(rates, 0.3)
+    assert sum(1 / i for i in intervals) == pytest.approx(0.3, rel=1e-6)
+    assert intervals[0] == intervals[-1] == math.inf  # static: fetched once; 5/s: out of reach
     assert optimal_freshness(rates, 0.3) > uniform_freshness(rates, 0.3)
     same = [0.1] * 5  # equal rates: uniform is the optimum
     assert optimal_freshness(same, 1.0) == pytest.approx(uniform_freshness(same, 1.0))
@@ -115,11 +116,12 @@ def test_a_lying_304_leaves_the_copy_stale() -> None:
 
 
 def test_the_recrawl_bench_runs_the_daemon_and_stops_it_with_sigterm() -> None:
-    """A short run on a small changing web: the daemon exits 0, every page is fetched, no gap
-    under waitDuration, and the figures are shares."""
-    r = bench_json("--recrawl", "--seconds", "6", "--hosts-per-kind", "1", "--pages", "4",
-                   "--wait", "0.1", timeout=120)
-    assert r["exit_code"] == 0
+    """A short run on a small changing web, then a restart on its state: the daemon exits 0
+    both times, every page is fetched, pages are revisited (validators sent to the ETag host),
+    no gap under waitDuration, and the figures are shares."""
+    r = bench_json("--recrawl", "--seconds", "4", "--hosts-per-kind", "1", "--pages", "4",
+                   "--wait", "0.1", "--restart", "2", timeout=120)
+    assert r["exit_code"] == 0 and r["restart"]["exit_code"] == 0
     assert r["fetched"] == r["pages"] == 28
     assert r["politeness"]["short_gaps"] == 0
     for name in ("freshness", "uniform", "optimum", "optimum_full"):
@@ -127,3 +129,38 @@ def test_the_recrawl_bench_runs_the_daemon_and_stops_it_with_sigterm() -> None:
     assert r["optimum_full"] >= r["optimum"] - 1e-9
     assert set(r["kinds"]) == {"etag", "lm", "none", "lm-now", "etag-churn", "false-304",
                                "lm-coarse"}
+    if r["recrawl"]:  # this larbinpy revisits
+        assert r["kinds"]["etag"]["revisits"] > 0 and r["kinds"]["etag"]["with_validator"] > 0
+        assert r["restart"]["refetched"] > 0
+
+
+def test_a_restart_is_judged_against_the_next_of_each_page() -> None:
+    """Stopped at 10, restarted at 12: a due at 15 fetched at 15.5 kept its schedule, one due
+    at 20 fetched at 13 did not; a page whose line had no `next` is not judged."""
+    lines = [{"t": 5.0, "url": "a", "next": 15.0}, {"t": 6.0, "url": "b", "next": 20.0},
+             {"t": 7.0, "url": "c"},
+             {"t": 15.5, "url": "a"}, {"t": 13.0, "url": "b"}, {"t": 12.5, "url": "c"},
+             {"t": 19.0, "url": "b"}]
+    r = resumed_schedules(lines, stopped=10.0, started=12.0)
+    assert (r["refetched"], r["judged"], r["early"]) == (3, 2, 1)
+    assert r["examples"] == [{"url": "b", "early_s": 7.0}]
+
+
+def test_a_weak_last_modified_is_not_held_against_the_validator_share() -> None:
+    """An lm page changed at 9.5 and fetched at 9.7 carries a Last-Modified of its Date's
+    second (weak): the revisit at 15 without If-Modified-Since is not counted against the
+    crawler; the copy of 15 had a strong one, sent at 20."""
+    t0 = 1000.0
+    host = "lm-0.changing.test"
+    truth = {"t0": t0, "pages": [{"url": f"http://{host}/", "host": host, "path": "/",
+                                  "kind": "lm", "rate": 0.1, "changes": [t0 + 9.5]}],
+             "answers": [[t0 + t, t0 + t + 0.001, host, "/", status, v, 0, ims]
+                         for t, status, v, ims in ((9.7, 200, 1, 0), (15, 200, 1, 0),
+                                                   (20, 304, 1, 1))]}
+    lines = [{"t": t0 + t + 0.002, "url": f"http://{host}/", "status": status, "kind": "x"}
+             for t, status in ((9.7, 200), (15, 200), (20, 304))]
+    r = analyse(truth, lines, t0 + 30, wait=1.0, per_host=1)
+    assert r["validator_share"] == 1.0 and r["validator_share_all"] == 0.5
+    lm = r["kinds"]["lm"]
+    assert (lm["revisits"], lm["strong_revisits"], lm["unchanged"], lm["unchanged_304"]) == \
+        (2, 1, 2, 1)

@@ -15,9 +15,11 @@ from the crawl log and the server's log of every answer and every change:
   is fresh a share (1 - e^(-lambda I)) / (lambda I) of the time): uniform revisiting and the
   optimum at the crawler's own budget (its page fetches a second per site in that window), and
   the optimum at the sites' full capacity (connectionsPerHost / waitDuration a second);
-* the validator share (revisits to honest validator-giving hosts carrying If-None-Match or
-  If-Modified-Since), the 304 share of their unchanged pages, and politeness gaps (a request
-  starting less than waitDuration after the end of the host's previous one, from the server).
+* the validator share (revisits to the honest validator-giving hosts, `etag` and `lm`, whose copy
+  had a strong validator, carrying If-None-Match or If-Modified-Since), the 304 share of their
+  revisits that found the page unchanged, per kind of host too; politeness gaps (a request
+  starting less than waitDuration after the end of the host's previous one, from the server);
+  with --restart, pages the restarted daemon fetched before their `next`.
 """
 
 from __future__ import annotations
@@ -38,85 +40,41 @@ from pathlib import Path
 from typing import Any
 
 from larbinpy.bench.changing import HONEST_VALIDATORS, KINDS, ChangingServer
+from larbinpy.frontier.freshness import freshness, optimal_allocation
 
 GAP_TOLERANCE = 0.02  # s: the server stamps an answer's end a little after the crawler saw it
 LOG_ROUNDING = 0.001  # s: the crawl log's times are rounded to the millisecond
 STOP_TIMEOUT = 60.0  # s the daemon has to exit after SIGTERM
+RESUME_TOLERANCE = 1.0  # s: a revisit after a restart may come this much before its `next`
 # the bench's options that --recrawl gives other defaults: a small web, one fetch at a time a
 # host every quarter second, nothing written but the crawl log
 DEFAULTS = {"pages": 40, "per_host": 1, "wait": 0.25, "output": "none", "connections": 64}
 FIRST_PASS_SHARE = 0.5  # a warning when the first pass takes more of the run than this
 
 
-# --- the theory (Cho & Garcia-Molina) ---------------------------------------------------------
+# --- the theory (Cho & Garcia-Molina): larbinpy/frontier/freshness.py -------------------------
 
 
-def freshness(rate: float, interval: float) -> float:
-    """Time-averaged freshness of a page of Poisson change rate `rate` (1/s) fetched every
-    `interval` seconds: (1 - e^(-rate I)) / (rate I); 1 for a static page, 0 if never fetched."""
-    if rate <= 0:
-        return 1.0
-    if interval == math.inf:
-        return 0.0
-    x = rate * interval
-    return 1.0 if x < 1e-12 else -math.expm1(-x) / x
-
-
-def _marginal(rate: float, f: float) -> float:
-    """dF/df, the freshness one more visit a second buys: (1 - (1 + x) e^(-x)) / rate, x =
-    rate / f; it falls from 1/rate (f = 0) to 0 (f infinite)."""
-    x = rate / f
-    return (1.0 - (1.0 + x) * math.exp(-x)) / rate
-
-
-def _frequency(rate: float, mu: float) -> float:
-    """The visits a second at which a page's marginal freshness is `mu` (0 if even the first
-    visit is worth less than mu: pages too fast for the budget are left alone)."""
-    if rate <= 0 or mu * rate >= 1.0:
-        return 0.0
-    lo, hi = 1e-12, 1.0
-    while _marginal(rate, hi) > mu:  # _marginal falls as f grows
-        hi *= 2.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if _marginal(rate, mid) > mu:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
-def optimal_allocation(rates: Sequence[float], budget: float) -> list[float]:
-    """Visits a second per page maximising the pages' mean freshness when they add up to
-    `budget`: dF/df = mu for every visited page (bisection on mu)."""
-    changing = [r for r in rates if r > 0]
-    if budget <= 0 or not changing:
-        return [0.0] * len(rates)
-    lo, hi = 0.0, 1.0 / min(changing)  # mu at hi: nothing is visited
-    for _ in range(100):
-        mu = (lo + hi) / 2
-        if sum(_frequency(r, mu) for r in changing) > budget:
-            lo = mu
-        else:
-            hi = mu
-    return [_frequency(r, hi) for r in rates]
+def page_freshness(rate: float, interval: float) -> float:
+    """`freshness`, with a static page fresh at any interval, never fetched again included
+    (0 x inf is no number)."""
+    return 1.0 if rate <= 0 else freshness(rate, interval)
 
 
 def uniform_freshness(rates: Sequence[float], budget: float) -> float:
-    """Mean freshness when `budget` visits a second go round the pages in turn."""
-    if not rates:
-        return 0.0
+    """Mean freshness when `budget` fetches/s go round the pages in turn."""
     interval = len(rates) / budget if budget > 0 else math.inf
-    return sum(freshness(r, interval) for r in rates) / len(rates)
+    return _mean_of(rates, [interval] * len(rates))
 
 
 def optimal_freshness(rates: Sequence[float], budget: float) -> float:
-    """Mean freshness of the optimal allocation of `budget` visits a second."""
-    if not rates:
-        return 0.0
-    freqs = optimal_allocation(rates, budget)
-    return sum(freshness(r, 1.0 / f if f > 0 else math.inf)
-               for r, f in zip(rates, freqs, strict=True)) / len(rates)
+    """Mean freshness of the pages at the intervals that maximise it for `budget` fetches/s."""
+    return _mean_of(rates, optimal_allocation(rates, budget))
+
+
+def _mean_of(rates: Sequence[float], intervals: Sequence[float]) -> float:
+    """Mean page_freshness (0 for no page)."""
+    return sum(map(page_freshness, rates, intervals)) / len(rates) if rates else 0.0
 
 
 # --- what happened --------------------------------------------------------------------------
@@ -162,9 +120,9 @@ def answers_of(truth: dict[str, Any]) -> list[Answer]:
                    for a in truth["answers"]), key=lambda a: a.start)
 
 
-def page_lines(lines: Iterable[dict[str, Any]], urls: set[str]) -> dict[str, list[dict]]:
+def page_lines(lines: Iterable[dict[str, Any]], urls: set[str]) -> dict[str, list[dict[str, Any]]]:
     """Crawl-log lines of the web's pages, per URL, in time order."""
-    out: dict[str, list[dict]] = defaultdict(list)
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for line in lines:
         if line.get("url") in urls:
             out[line["url"]].append(line)
@@ -216,31 +174,56 @@ def politeness_gaps(answers: list[Answer], wait: float) -> dict[str, Any]:
             "short_gaps": len(short), "examples": short[:5]}
 
 
-def validator_figures(answers: list[Answer], kinds: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """Per kind of host: revisits (a page's answers after its first 200), the share carrying a
-    validator, unchanged revisits (the page's version is the copy's: the last 200's) and the
-    share of them answered 304, and 304s for a page that had changed."""
-    seen: dict[tuple[str, str], int] = {}  # page -> version of the last 200 served
+ETAG_KINDS = ("etag", "false-304", "etag-churn")  # the kinds that send an ETag
+
+
+def validator_figures(answers: list[Answer], pages: list[dict[str, Any]]
+                      ) -> dict[str, dict[str, Any]]:
+    """Per kind of host: revisits (a page's answers after its first 200) and the share carrying
+    a validator, of all and of those whose copy had a strong one (an ETag; a Last-Modified at
+    least a second before the answer's Date, RFC 9110 8.8.2.2: a later one is weak); unchanged
+    revisits (the page's version is the copy's, the last 200's) and the share of them answered
+    304; 304s for a page that had changed."""
+    kinds = {p["host"]: p["kind"] for p in pages}
+    changes = {(p["host"], p["path"]): p["changes"] for p in pages}
+    copy: dict[tuple[str, str], tuple[int, bool]] = {}  # page -> (version, strong validator)
     per: dict[str, Counter[str]] = defaultdict(Counter)
     for a in answers:
         if a.version < 0:
             continue  # robots.txt, a 404
-        key = (a.host, a.path)
-        c = per[kinds[a.host]]
-        if key in seen:
+        key, kind = (a.host, a.path), kinds[a.host]
+        c = per[kind]
+        if key in copy:
+            version, strong = copy[key]
+            sent = a.inm or a.ims
             c["revisits"] += 1
-            c["with_validator"] += a.inm or a.ims
-            unchanged = a.version == seen[key]
+            c["with_validator"] += sent
+            c["strong_revisits"] += strong
+            c["strong_with_validator"] += strong and sent
+            unchanged = a.version == version
             c["unchanged"] += unchanged
             c["unchanged_304"] += unchanged and a.status == 304
             c["changed_304"] += not unchanged and a.status == 304
         if a.status == 200:
-            seen[key] = a.version
+            copy[key] = (a.version, kind in ETAG_KINDS or _strong_lm(kind, changes[key],
+                                                                      a.version, a.start))
     out = {}
     for kind, c in per.items():
         out[kind] = {**c, "validator_share": _share(c["with_validator"], c["revisits"]),
+                     "strong_validator_share": _share(c["strong_with_validator"],
+                                                      c["strong_revisits"]),
                      "not_modified_share": _share(c["unchanged_304"], c["unchanged"])}
     return out
+
+
+def _strong_lm(kind: str, changes: list[float], version: int, served: float) -> bool:
+    """Whether the Last-Modified a 200 of `version` carried was a second or more before its
+    Date (the changing web's LM is the version's change time; lm-now's is the Date)."""
+    if kind not in ("lm", "lm-coarse"):
+        return False
+    if version == 0:
+        return True  # made BIRTH seconds before the server started
+    return math.floor(served) - math.floor(changes[version - 1]) >= 1
 
 
 def _share(part: int, whole: int) -> float | None:
@@ -283,11 +266,12 @@ def analyse(truth: dict[str, Any], lines: list[dict[str, Any]], end: float, wait
     result["over_uniform"] = _ratio(result["freshness"], result["uniform"])
     result["over_optimum"] = _ratio(result["freshness"], result["optimum"])
     result["over_optimum_full"] = _ratio(result["freshness"], result["optimum_full"])
-    kinds = {p["host"]: p["kind"] for p in pages}
-    result["kinds"] = kind_table(pages, fresh, budgets, validator_figures(answers, kinds))
+    result["kinds"] = kind_table(pages, fresh, budgets, validator_figures(answers, pages))
     honest = [result["kinds"][k] for k in HONEST_VALIDATORS if k in result["kinds"]]
-    result["validator_share"] = _share(sum(k.get("with_validator", 0) for k in honest),
-                                       sum(k.get("revisits", 0) for k in honest))
+    result["validator_share_all"] = _share(sum(k.get("with_validator", 0) for k in honest),
+                                           sum(k.get("revisits", 0) for k in honest))
+    result["validator_share"] = _share(sum(k.get("strong_with_validator", 0) for k in honest),
+                                       sum(k.get("strong_revisits", 0) for k in honest))
     result["not_modified_share"] = _share(sum(k.get("unchanged_304", 0) for k in honest),
                                           sum(k.get("unchanged", 0) for k in honest))
     result["politeness"] = politeness_gaps(answers, wait)
@@ -298,8 +282,8 @@ def analyse(truth: dict[str, Any], lines: list[dict[str, Any]], end: float, wait
     return result
 
 
-def site_budgets(got: dict[str, list[dict]], by_url: dict[str, dict], start: float,
-                 end: float) -> dict[str, float]:
+def site_budgets(got: dict[str, list[dict[str, Any]]], by_url: dict[str, dict[str, Any]],
+                 start: float, end: float) -> dict[str, float]:
     """Page fetches a second per host after `start` (the first pass's last fetch is not
     counted) until `end`, from the crawl log."""
     count: Counter[str] = Counter()
@@ -434,23 +418,35 @@ def read_crawl_log(path: Path) -> list[dict[str, Any]]:
 
 
 def recrawl_bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """Serve the changing web, run the daemon on it, and measure (the result object)."""
+    """Serve the changing web, run the daemon on it (and again with --restart), measure."""
     kinds = tuple(args.kinds.split(",")) if args.kinds else KINDS
+    restart: dict[str, Any] | None = None
     with ChangingServer(workdir, kinds=kinds, hosts_per_kind=args.hosts_per_kind,
                         pages=args.pages, seed=args.seed,
-                        lifetime=args.seconds + STOP_TIMEOUT + 60) as server:
+                        lifetime=args.seconds + args.restart + 2 * STOP_TIMEOUT + 60) as server:
         port = free_port()
         conf = workdir / "larbin.conf"
         conf.write_text(daemon_config(args, server, workdir, port))
         code, stopped, status = run_daemon(conf, args.seconds, workdir, port)
+        if args.restart > 0:
+            started = time.time()
+            again, _, _ = run_daemon(conf, args.restart, workdir, port)
+            restart = {"seconds": args.restart, "exit_code": again, "started": started}
         truth = server.truth()
-    result = analyse(truth, read_crawl_log(workdir / "crawl.jsonl"), stopped, args.wait,
-                     args.per_host)
+    lines = read_crawl_log(workdir / "crawl.jsonl")
+    result = analyse(truth, [line for line in lines if line["t"] <= stopped], stopped,
+                     args.wait, args.per_host)
     result.update(seconds=args.seconds, wait=args.wait, per_host=args.per_host,
                   recrawl_min=args.recrawl_min, recrawl_max=args.recrawl_max,
                   hosts_per_kind=args.hosts_per_kind, pages_per_host=args.pages,
                   seed=args.seed, exit_code=code, recrawl=recrawl_keys(),
                   status_recrawl=(status or {}).get("recrawl"))
+    if restart is not None:
+        restart.update(resumed_schedules(lines, stopped, restart.pop("started")))
+        result["restart"] = restart
+        if restart["exit_code"] != 0:
+            result["warnings"].append(f"the restarted daemon exited with code "
+                                      f"{restart['exit_code']} after SIGTERM")
     if code != 0:
         result["warnings"].append(f"the daemon exited with code {code} after SIGTERM")
     if not result["recrawl"]:
@@ -458,9 +454,36 @@ def recrawl_bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     return result
 
 
+def resumed_schedules(lines: list[dict[str, Any]], stopped: float, started: float
+                      ) -> dict[str, Any]:
+    """Did the restarted daemon keep the schedules? Per URL, the first fetch after the restart
+    against the `next` of its last line before the stop: fetched before it (less
+    RESUME_TOLERANCE) is early; URLs with no `next` cannot be judged."""
+    last: dict[str, dict[str, Any]] = {}
+    first_after: dict[str, dict[str, Any]] = {}
+    for line in sorted(lines, key=lambda line: line["t"]):
+        if line["t"] <= stopped:
+            last[line["url"]] = line
+        elif line["t"] >= started and line["url"] not in first_after:
+            first_after[line["url"]] = line
+    judged = early = 0
+    examples: list[dict[str, Any]] = []
+    for url, line in first_after.items():
+        due = last.get(url, {}).get("next")
+        if due is None:
+            continue
+        judged += 1
+        if line["t"] < due - RESUME_TOLERANCE:
+            early += 1
+            if len(examples) < 5:
+                examples.append({"url": url, "early_s": round(due - line["t"], 3)})
+    return {"refetched": len(first_after), "judged": judged, "early": early,
+            "examples": examples}
+
+
 BARS = (("over_uniform", 1.03, "freshness / uniform at the same budget"),
         ("over_optimum_full", 0.95, "freshness / optimum at full capacity"),
-        ("validator_share", 0.95, "revisits to honest validator hosts with a validator"),
+        ("validator_share", 0.95, "revisits to honest hosts' strong validators sending it"),
         ("not_modified_share", 0.95, "unchanged pages on those hosts answered 304"))
 
 
@@ -481,6 +504,8 @@ def report_text(r: dict[str, Any]) -> str:
         verdict = "-" if value is None else ("ok" if value >= bar else "BELOW")
         shown = "n/a" if value is None else f"{value:.4f}"
         lines.append(f"  {what:54} {shown:>7} (bar {bar}) {verdict}")
+    lines.append(f"  (validators on every revisit to those hosts, weak Last-Modified included: "
+                 f"{_pct(r.get('validator_share_all')).strip()})")
     gaps = r["politeness"]
     lines.append(f"  politeness: {gaps['short_gaps']} gaps shorter than waitDuration (least "
                  f"{gaps['least_gap_s']} s)")
@@ -492,6 +517,11 @@ def report_text(r: dict[str, Any]) -> str:
                      f"{_pct(k.get('validator_share'))} {k.get('unchanged', 0):6} "
                      f"{_pct(k.get('not_modified_share'))} {k.get('changed_304', 0):6}")
     lines.append(f"  crawl-log outcomes: {r['outcomes']}")
+    if r.get("restart"):
+        q = r["restart"]
+        lines.append(f"  restart ({q['seconds']:g} s, exit code {q['exit_code']}): "
+                     f"{q['refetched']} pages fetched again, {q['early']} of {q['judged']} "
+                     f"with a `next` before it")
     if r.get("status_recrawl"):
         lines.append(f"  status.json recrawl: {r['status_recrawl']}")
     lines += [f"WARNING: {w}" for w in r["warnings"]]
@@ -517,3 +547,6 @@ def add_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recrawl-min", type=float, default=1.0, help="recrawlMin [1]")
     g.add_argument("--recrawl-max", type=float, default=60.0, help="recrawlMax [60]")
     g.add_argument("--seed", type=int, default=1, help="the changing web's seed [1]")
+    g.add_argument("--restart", type=float, default=0.0, metavar="SECONDS",
+                   help="then start the daemon again on its state for SECONDS: no page may be "
+                        "fetched before the `next` its last crawl-log line gave [0: no]")
