@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -266,3 +267,71 @@ def test_kill_9_while_spreading_a_far_bucket_loses_and_doubles_nothing(
     got = drain(s, T0 // 64 * 64 + 200, step=1.0)
     urls = [v.url for v in got]
     assert len(urls) == len(set(urls)) == 30_000
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_random_operations_match_a_model(tmp_path: Path, seed: int) -> None:
+    """Puts, pops, forces, drops, flushes and clean reopens in random order, against a dict:
+    nothing comes out early or twice, nothing due stays in, the last put's history wins."""
+    rng = random.Random(seed)
+    s = Schedule(tmp_path, granularity=1.0, buffer_records=rng.choice([7, 50, 10_000]))
+    model: dict[str, Visit] = {}  # scheduled pages, not in flight
+    flying: dict[str, Visit] = {}  # popped, not put again yet
+    now = T0
+    for step in range(1500):
+        op = rng.random()
+        if op < 0.45:
+            url_i = rng.randrange(400)
+            v = page(url_i, now + rng.choice([0.0, rng.uniform(0, 30), rng.uniform(0, 300)]),
+                     rng)
+            if v.url in model or v.url in flying or rng.random() < 0.5:
+                s.put(v)
+                model[v.url] = v
+                flying.pop(v.url, None)
+        elif op < 0.75:
+            now += rng.uniform(0, 8)
+            limit = rng.choice([3, 1000])
+            got = s.pop_due(now, limit)
+            for v in got:
+                assert v.url in model, "popped a page not scheduled (or twice)"
+                assert v.due <= now
+                assert same_but_due(v, model.pop(v.url))
+                flying[v.url] = v
+            if len(got) < limit:  # all that was due came out, to the granularity
+                assert not [u for u, v in model.items() if v.due < now - 2.0]
+        elif op < 0.8 and model:
+            url = rng.choice(sorted(model))
+            assert s.force(url, now)
+            model[url] = replace(model[url], due=min(model[url].due, now))
+        elif op < 0.85 and (model or flying):
+            url = rng.choice(sorted(model.keys() | flying.keys()))
+            assert s.drop(url)
+            model.pop(url, None)
+            flying.pop(url, None)
+        elif op < 0.9:
+            s.flush()
+        elif op < 0.93:
+            pos = s.position()
+            s.sync()
+            s.release(pos)
+            s.close()
+            s = Schedule(tmp_path, pos)
+            model.update(flying)  # a restart pops the pages in flight again
+            flying.clear()
+        elif flying:
+            url = rng.choice(sorted(flying))  # fetched: put again
+            v = replace(flying.pop(url), due=now + rng.uniform(0, 100))
+            s.put(v)
+            model[url] = v
+        assert len(s) == len(model) + len(flying), step
+    s.flush()
+    now += 400
+    for v in s.pop_due(now, 10**9):
+        assert same_but_due(v, model.pop(v.url))
+    assert not model  # everything due came out
+
+
+def same_but_due(got: Visit, want: Visit) -> bool:
+    """The same history, due when asked or at most two buckets later (a put never shares
+    the bucket of the page's previous record: it moves on)."""
+    return same(replace(got, due=want.due), want) and want.due - 1e-3 <= got.due <= want.due + 2
