@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 CONF   ?= larbin.conf
 
-.PHONY: run test test-slow bench bench-small bench-hosts bench-polite bench-all lint docs clean
+.PHONY: run test test-slow bench bench-small bench-hosts bench-polite bench-all lint typecheck docs clean
 
 # larbinpy needs Python 3.11 or later: say so before making a venv that pip would then refuse
 PY_OK := import sys; sys.exit(sys.version_info < (3, 11))
@@ -36,9 +36,10 @@ $(VENV)/.installed-%: $(VENV)/.installed
 run: $(VENV)/.installed-demo
 	$(PY) -m larbinpy.demo.demoweb --crawler-conf $(CONF) -- $(VENV)/bin/larbinpy -c $(CONF) --scratch
 
-## test: the whole suite (< 5 minutes), plus ruff
+## test: ruff, mypy over larbinpy/ (its settings: pyproject.toml), then the whole suite (< 5 minutes)
 test: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check larbinpy tests
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
 ## test-slow: the long checks kept out of `make test`
@@ -68,10 +69,14 @@ bench-all: bench bench-small bench-hosts bench-polite
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check larbinpy tests
 
+## typecheck: mypy over larbinpy/ alone (`make test` runs it too)
+typecheck: $(VENV)/.installed-test
+	$(VENV)/bin/mypy
+
 ## docs: regenerate docs/configuration.md from the key table in larbinpy/config.py
 docs: $(VENV)/.installed
 	$(PY) -m larbinpy.config --markdown > docs/configuration.md.tmp
 	mv docs/configuration.md.tmp docs/configuration.md
 
 clean:
-	rm -rf $(VENV) larbin-state save .pytest_cache
+	rm -rf $(VENV) larbin-state save .pytest_cache .mypy_cache

@@ -1,6 +1,7 @@
 """The `larbinpy` command: run a crawl, submit URLs, benchmark, check a configuration.
 
-Exit codes (SPEC.md): 0 done or stopped cleanly, 2 bad configuration or arguments, 1 crash.
+Exit codes (docs/operations.md): 0 done or stopped cleanly, 2 bad configuration or arguments,
+1 crash.
 """
 
 from __future__ import annotations

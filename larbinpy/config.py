@@ -130,7 +130,8 @@ def parse_int(text: str) -> int:
     t = text.strip().lower().replace("_", "")
     m = re.fullmatch(r"(\d+)\^(\d+)", t)
     if m:
-        return int(m.group(1)) ** int(m.group(2))
+        power: int = int(m.group(1)) ** int(m.group(2))  # (int ** int is typed Any)
+        return power
     m = re.fullmatch(r"(\d+)([a-z]*)", t)
     if not m and re.fullmatch(r"-\d+[a-z]*", t):
         raise ValueError(f"{text!r} is negative: it must be 0 or more")
@@ -821,7 +822,7 @@ def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, re.Pattern):
-        return value.pattern
+        return str(value.pattern)
     if isinstance(value, StartUrl):
         return f"{value.url}(depth {value.depth})"
     if value is None:

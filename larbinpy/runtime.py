@@ -26,7 +26,7 @@ import platform
 import sys
 from collections.abc import Coroutine
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["HEAP_PAD", "MMAP_THRESHOLD", "JsonFormatter", "logs_are_json", "missing_extra",
            "run_loop", "setup_logging", "tune_allocator", "tune_gc"]
@@ -124,7 +124,10 @@ def tune_gc() -> None:
     gc.set_threshold(20_000, 20, 50)
 
 
-def run_loop(coro: Coroutine[Any, Any, Any]) -> Any:
+T = TypeVar("T")  # what the coroutine run_loop runs returns
+
+
+def run_loop(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine on a fresh uvloop loop when installed, else on asyncio's own loop."""
     tune_allocator()
     try:

@@ -1,6 +1,7 @@
 """Counters every stage writes and the status page, progress line and summary read.
 
-Every fetch outcome is counted under exactly one kind: larbin's list, extended (SPEC.md).
+Every fetch outcome is counted under exactly one kind: larbin's list, extended
+(docs/outcomes.md says what each means).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from collections import deque
 
 
 class Outcome(enum.StrEnum):
-    """What happened to one URL: larbin's list of fetch outcomes, extended (SPEC.md).
+    """What happened to one URL: larbin's list of fetch outcomes, extended (docs/outcomes.md).
 
-    Members are named and valued as the status page, the metrics and SPEC.md spell them, so a
+    Members are named and valued as the status page, the metrics and the docs spell them, so a
     kind is greppable from the page to the code; a misspelt kind is an AttributeError.
     """
 

@@ -1,4 +1,4 @@
-"""larbin.conf: larbin's syntax, every SPEC.md key, errors that name file and line."""
+"""larbin.conf: larbin's syntax, every documented key, errors that name file and line."""
 
 from __future__ import annotations
 

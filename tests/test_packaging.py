@@ -109,7 +109,7 @@ def test_the_demo_without_its_extra_says_which_to_install() -> None:
 def copy_tree(dest: Path) -> Path:
     """What the distribution is built from, without the venv, caches or state of this tree."""
     dest.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, dest / name)
     shutil.copytree(REPO / "larbinpy", dest / "larbinpy",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

@@ -112,7 +112,7 @@ async def test_status_page_json_and_metrics_show_the_figures(make_web):
                          "parked": 0, "dead": 0}
         async with client.get(status_url + "/status.json") as r:
             status = await r.json()
-        # status.json is a contract (SPEC.md): its fields, in order
+        # status.json is a contract (docs/operations.md): its fields, in order
         assert list(status) == STATUS_FIELDS
         assert status["sites"] == sites
         assert status["queued_per_priority"] == {"0": 0} and status["queued_in_sites"] == 0

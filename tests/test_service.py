@@ -1,6 +1,7 @@
-"""contrib/larbinpy.service as README.md's "Running as a service" installs it: rated hardened by
-systemd, no restart loop on a bad configuration, every path the README's larbin.conf writes is
-writable under the unit, and the crawler works inside the unit's system-call sandbox."""
+"""contrib/larbinpy.service as docs/operations.md's "Running as a service" installs it: rated
+hardened by systemd, no restart loop on a bad configuration, every path the larbin.conf shown
+there writes is writable under the unit, and the crawler works inside the unit's system-call
+sandbox."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from larbinpy.demo import Page, Site
 
 REPO = Path(__file__).parents[1]
 UNIT = REPO / "contrib" / "larbinpy.service"
+GUIDE = REPO / "docs" / "operations.md"  # where the steps to install the unit are
 SETTINGS = unit_settings(UNIT)
 EXPOSURE_LIMIT = 3.0
 needs_systemd_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None,
@@ -38,11 +40,11 @@ def setting(name: str) -> str:
     return values[0]
 
 
-def readme_config() -> tuple[str, str]:
-    """The larbin.conf README.md tells the operator to install: (its path, its text)."""
-    readme = (REPO / "README.md").read_text()
-    m = re.search(r"^ *```\n *# (/etc/\S+)\n(.*?)^ *```", readme, re.S | re.M)
-    assert m, "README.md shows no larbin.conf for the service"
+def guide_config() -> tuple[str, str]:
+    """The larbin.conf the guide tells the operator to install: (its path, its text)."""
+    guide = GUIDE.read_text()
+    m = re.search(r"^ *```\n *# (/etc/\S+)\n(.*?)^ *```", guide, re.S | re.M)
+    assert m, "docs/operations.md shows no larbin.conf for the service"
     return m[1], textwrap.dedent(m[2])
 
 
@@ -57,7 +59,7 @@ def test_systemd_rates_the_unit_hardened():
 
 @needs_systemd_analyze
 def test_systemd_finds_nothing_wrong_in_the_unit(tmp_path: Path):
-    # ExecStart names where README installs larbinpy; here it is this checkout's interpreter
+    # ExecStart names where the guide installs larbinpy; here it is this checkout's interpreter
     unit = tmp_path / UNIT.name
     unit.write_text(UNIT.read_text().replace(setting("ExecStart").split()[0],
                                              f"{sys.executable} -m larbinpy"))
@@ -76,16 +78,16 @@ def test_a_bad_configuration_is_not_restarted_forever(tmp_path: Path):
     assert result.returncode == 2, result.stderr  # the status the unit does not restart
 
 
-def test_stop_and_reload_are_the_signals_the_readme_describes():
+def test_stop_and_reload_are_the_signals_the_guide_describes():
     assert setting("KillSignal") == "SIGTERM"
     assert setting("ExecReload").endswith("kill -HUP $MAINPID")
-    readme = (REPO / "README.md").read_text()
-    assert "`systemctl reload larbinpy`" in readme
-    assert "does not read larbin.conf again" in readme
+    guide = GUIDE.read_text()
+    assert "`systemctl reload larbinpy`" in guide
+    assert "does not read larbin.conf again" in guide
 
 
-def test_what_the_readme_config_writes_is_writable_under_the_unit():
-    path, text = readme_config()
+def test_what_the_guide_config_writes_is_writable_under_the_unit():
+    path, text = guide_config()
     cfg = parse_config(text, path)
     assert setting("ExecStart").endswith(f" -c {path}")
     assert Path(path).parent == Path("/etc") / setting("ConfigurationDirectory")
@@ -97,7 +99,7 @@ def test_what_the_readme_config_writes_is_writable_under_the_unit():
     written = {"stateDir": cfg.state_dir, "saveDir": cfg.save_dir, "logFile": cfg.log_file,
                "crawlLog": crawl_log_path(cfg)}
     for name, where in written.items():
-        assert where is not None, f"the README's larbin.conf sets no {name}"
+        assert where is not None, f"the guide's larbin.conf sets no {name}"
         full = cwd / where  # a relative path is taken from WorkingDirectory
         assert any(full.is_relative_to(root) for root in writable), (name, full, writable)
 

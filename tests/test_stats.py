@@ -12,7 +12,7 @@ def test_every_outcome_kind_starts_at_zero_and_counts_under_its_name() -> None:
     stats = Stats()
     assert set(stats.outcomes) == set(Outcome)
     stats.count(Outcome.timeout, 2)
-    assert stats.outcomes["timeout"] == 2  # the status page reads the SPEC.md spelling
+    assert stats.outcomes["timeout"] == 2  # the status page reads the documented spelling
     assert stats.errors() == 2
 
 

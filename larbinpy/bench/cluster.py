@@ -60,7 +60,8 @@ def node_config(args: argparse.Namespace, server: SynthServer, workdir: Path, no
 def _get(port: int, path: str) -> bytes:
     """GET a node's status port."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-        return r.read()
+        body: bytes = r.read()
+    return body
 
 
 def _wait_ready(procs: list[subprocess.Popen[bytes]], ports: list[int],

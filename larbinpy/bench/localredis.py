@@ -25,7 +25,8 @@ def _free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+    return port
 
 
 def _ping(port: int) -> bool:

@@ -33,7 +33,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -93,7 +93,7 @@ def peak_rss_mb() -> float:
     return kib / 1024 if sys.platform != "darwin" else kib / 1024 / 1024
 
 
-def measured(make_coro: Callable[[], Awaitable[int]]) -> tuple[int, float, float, float]:
+def measured(make_coro: Callable[[], Coroutine[Any, Any, int]]) -> tuple[int, float, float, float]:
     """Run the coroutine made by `make_coro`; return (its result, wall s, CPU s, sys s)."""
     (cpu0, sys0), t0 = cpu_seconds(), time.perf_counter()
     result = run_loop(make_coro())
@@ -156,7 +156,7 @@ def run_crawl(config_text: str, workdir: Path,
     crawler = crawlers[0]
     if code != 0:
         raise RuntimeError(f"crawl exited with code {code}")
-    outcomes = {k: v for k, v in crawler.stats.outcomes.items() if v}
+    outcomes = {str(k): v for k, v in crawler.stats.outcomes.items() if v}
     return (Run(outcomes.get("success", 0), wall, cpu, sys_cpu, peak_rss_mb(),
                 crawler.stats.bytes), outcomes)
 
@@ -431,7 +431,8 @@ def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 def _pair_order(pair: dict[str, Any]) -> float:
     """What ranks pairs for the median: the CPU ratio, or the crawl's CPU without a floor."""
-    return pair["ratios"].get("cpu_per_page", pair["crawl"]["cpu_ms_per_page"])
+    order: float = pair["ratios"].get("cpu_per_page", pair["crawl"]["cpu_ms_per_page"])
+    return order
 
 
 def bench_pair(args: argparse.Namespace, server: SynthServer, workdir: Path) -> dict[str, Any]:

@@ -119,7 +119,9 @@ def bench_extract_shapes(pages: int = 200, rounds: int = 5) -> dict[str, dict[st
                 spent[1] += time.thread_time() - t1
             extract.append(spent[0] / len(bodies) * 1e6)
             parse.append(spent[1] / len(bodies) * 1e6)
-        nodes = sum(1 for _ in LexborHTMLParser(bodies[1][0]).root.traverse(include_text=True))
+        root = LexborHTMLParser(bodies[1][0]).root
+        assert root is not None  # an HTML document always has one
+        nodes = sum(1 for _ in root.traverse(include_text=True))
         result[shape] = {"page_bytes": len(bodies[1][0]), "nodes": nodes,
                          "extract_us_per_page": round(statistics.median(extract), 1),
                          "parse_and_free_us_per_page": round(statistics.median(parse), 1)}

@@ -36,7 +36,8 @@ import os
 import random
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from typing import Any
 
 from larbinpy.demo.dnsserver import DnsServer, start_dns_for
 from larbinpy.demo.web import LocalWeb, Page, Site
@@ -318,10 +319,10 @@ def synth_sites(
 
 async def start_synth(
     hosts: int, pages: int, *, http_port: int = 0, dns_port: int = 0, record: bool = True,
-    **kwargs: object,
+    **kwargs: Any,
 ) -> tuple[LocalWeb, DnsServer, SynthFactory]:
     """Start LocalWeb + DnsServer for a synthetic web (kwargs go to synth_sites)."""
-    sites, factory = synth_sites(hosts, pages, port=http_port, **kwargs)  # type: ignore[arg-type]
+    sites, factory = synth_sites(hosts, pages, port=http_port, **kwargs)
     web = LocalWeb(sites, port=http_port, page_factory=factory, record=record)
     await web.start()
     factory.port = web.port
@@ -357,14 +358,14 @@ async def _serve(args: argparse.Namespace) -> None:
         await web.stop()
 
 
-def _run(coro: object) -> None:
+def _run(coro: Coroutine[Any, Any, None]) -> None:
     """Run a coroutine on uvloop when available (cheaper serving), else asyncio."""
     try:
         import uvloop
     except ImportError:
-        asyncio.run(coro)  # type: ignore[arg-type]
+        asyncio.run(coro)
     else:
-        uvloop.run(coro)  # type: ignore[arg-type]
+        uvloop.run(coro)
 
 
 def _parser() -> argparse.ArgumentParser:

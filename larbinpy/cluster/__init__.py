@@ -36,6 +36,7 @@ of nodes that are gone are recovered by the live ones.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -50,19 +51,18 @@ from larbinpy.cluster import membership as _membership
 from larbinpy.cluster.ipclock import IpClock
 from larbinpy.cluster.link import Link
 from larbinpy.cluster.membership import Membership
-from larbinpy.cluster.redis_seen import Admission
+from larbinpy.cluster.redis_seen import Admission, BitCache
 from larbinpy.cluster.robots_shared import SharedVerdicts
 from larbinpy.cluster.streams import Fetched, Inbox, Outbox
 from larbinpy.cluster.termination import Termination
 from larbinpy.config import Config, ConfigError
 from larbinpy.frontier.interface import Frontier
 from larbinpy.frontier.robotsdb import VerdictStore
-from larbinpy.frontier.seen import BitmapSeenSet
 from larbinpy.frontier.sites import Sites
 from larbinpy.links.urls import site_key
 from larbinpy.records import Job, Site
 from larbinpy.stages.opener import PageFetch, RobotsFetch
-from larbinpy.stats import Stats
+from larbinpy.stats import Outcome, Stats
 
 log = logging.getLogger("larbinpy.cluster")
 
@@ -95,7 +95,7 @@ class Cluster:
     termination: Termination
     ipclock: IpClock | None
 
-    def __init__(self, cfg: Config, seen: BitmapSeenSet, frontier: Frontier,
+    def __init__(self, cfg: Config, seen: BitCache, frontier: Frontier,
                  stats: Stats) -> None:
         assert cfg.cluster is not None
         self.cfg, self.frontier, self.stats = cfg, frontier, stats
@@ -251,8 +251,8 @@ class Cluster:
             await link.pause(_membership.HEARTBEAT_S)
             await link.retrying("the heartbeat", self.beat)
             for node in self.membership.dead:
-                await link.retrying("recovering a node",
-                                    lambda n=node: self.membership.recover(n, self._beat_if_due))
+                await link.retrying("recovering a node", functools.partial(
+                    self.membership.recover, node, self._beat_if_due))
 
     async def _beat_if_due(self) -> None:
         """During a long recovery: keep beating, or the others would take us for dead."""
@@ -319,7 +319,7 @@ class Cluster:
         stats, sites = self.stats, self.hooks.sites
         return {
             "pages": stats.pages, "bytes": stats.bytes, "urls_seen": stats.urls_seen,
-            "success": stats.outcomes["success"], "errors": stats.errors(),
+            "success": stats.outcomes[Outcome.success], "errors": stats.errors(),
             "pages_per_s": round(stats.rates(10.0)[0], 2),
             "queued": len(self.frontier) + sites.queued, "idle": self.hooks.idle(),
             "round_trips": self.link.round_trips, "sent": self.admission.sent,

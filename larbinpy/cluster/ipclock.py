@@ -67,7 +67,7 @@ class IpClock:
         """Take the lease of the site's IP: 0.0, or seconds to wait (someone else has it)."""
         assert site.ip is not None
         try:
-            ms = await self.link.call(self._acquire, [self.link.key("ip", site.ip.addr)],
+            ms: int = await self.link.call(self._acquire, [self.link.key("ip", site.ip.addr)],
                                       [self.link.node, self.lease_ms])
         except (OSError, RedisError) as exc:  # Redis unreachable: wait, as if the IP were busy
             log.warning("cluster: IP lease for %s failed (%s)", site.ip.addr, exc)

@@ -28,7 +28,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
@@ -37,6 +37,7 @@ from redis.exceptions import RedisError
 from larbinpy.records import Job, JobKind
 
 log = logging.getLogger("larbinpy.cluster")
+T = TypeVar("T")  # what a retried round trip returns
 
 KEY_BITS = 1 << 32  # bits per seen-set key: Redis strings are limited to 512 MiB
 GROUP = "larbinpy"  # the consumer group of every inbound stream
@@ -103,7 +104,8 @@ class Link:
     async def execute(self, command: str, *args: Any) -> Any:
         """One plain command: one round trip."""
         self.round_trips += 1
-        return await self.redis.execute_command(command, *args)
+        return await self.redis.execute_command(  # type: ignore[no-untyped-call]  # redis-py: no hints
+            command, *args)
 
     async def transaction(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Several commands as one MULTI/EXEC: one round trip, all or nothing."""
@@ -118,7 +120,7 @@ class Link:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stopping.wait(), seconds)
 
-    async def retrying(self, what: str, attempt: Callable[[], Awaitable[Any]]) -> Any:
+    async def retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         """Await attempt() until it succeeds: a Redis outage delays work, never drops it
         (once stopping, STOP_TRIES tries, then the error is raised)."""
         tries = 0

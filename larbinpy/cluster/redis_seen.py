@@ -26,11 +26,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from larbinpy.cluster.link import KEY_BITS, Link, encode_extra
 from larbinpy.frontier.interface import Frontier
-from larbinpy.frontier.seen import BitmapSeenSet
 from larbinpy.links.urls import site_key
 from larbinpy.records import Job
 from larbinpy.stats import Outcome, Stats
@@ -87,11 +87,25 @@ return table.concat(flags)
 """
 
 
+class BitCache(Protocol):
+    """The local seen-set as the Redis one's cache: ADMIT sets the same bits (`positions`)."""
+
+    k: int  # bits a key sets
+
+    def positions(self, key: str) -> list[int]:
+        """The key's bit positions."""
+        ...
+
+    def add(self, keys: Iterable[str]) -> None:
+        """Record keys as seen."""
+        ...
+
+
 class Admission:
     """Batches candidate jobs into ADMIT round trips; own new jobs go to the local FIFO."""
 
     def __init__(
-        self, link: Link, cache: BitmapSeenSet, frontier: Frontier, stats: Stats,
+        self, link: Link, cache: BitCache, frontier: Frontier, stats: Stats,
         owner: Callable[[str], str], next_seq: Callable[[], int],
         on_queued: Callable[[], None],
     ) -> None:
@@ -165,7 +179,8 @@ class Admission:
         for job, force in batch:
             args += (owner(site_key(job.url)), job.url, encode_extra(job), "1" if force else "0",
                      *positions(job.url))
-        return await self.link.call(self.script, self.keys, args)
+        flags: bytes = await self.link.call(self.script, self.keys, args)
+        return flags
 
     def _route(self, batch: list[tuple[Job, bool]], flags: bytes) -> None:
         """After the round trip: cache every URL, queue own new jobs locally, count."""

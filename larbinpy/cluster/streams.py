@@ -21,9 +21,11 @@ a URL of Redis memory, for the URLs queued in the whole cluster).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 from larbinpy.cluster.link import GROUP, Link, decode_lines, encode_extra
 from larbinpy.frontier.interface import Frontier
@@ -74,11 +76,11 @@ class Inbox:
         start = "0"
         while not self.link.stopping.is_set():
             entries = await self.link.retrying("reading the inbound stream",
-                                               lambda s=start: self._read(s))
+                                               functools.partial(self._read, start))
             if entries:
                 self.busy = True
                 try:
-                    await self._take(entries)  # type: ignore[arg-type]
+                    await self._take(entries)
                 finally:
                     self.busy = False
             elif start == "0":
@@ -87,10 +89,10 @@ class Inbox:
     async def _read(self, start: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
         """One XREADGROUP (blocking briefly for new entries)."""
         self.link.round_trips += 1
-        reply = await self.link.redis.xreadgroup(
+        reply: Any = await self.link.redis.xreadgroup(  # redis-py types replies as a union
             GROUP, self.link.node, {self.stream: start}, count=READ_COUNT,
             block=BLOCK_MS if start == ">" else None)
-        return reply[0][1] if reply else []
+        return cast(list[tuple[bytes, dict[bytes, bytes]]], reply[0][1]) if reply else []
 
     async def _take(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
         """Into the local FIFO (flushed), then pending + acknowledged + deleted, atomically."""
@@ -117,7 +119,7 @@ class Inbox:
 class Outbox:
     """Jobs held here for sites other nodes own, on their way to the owners' streams."""
 
-    def __init__(self, link: Link, refresh: Callable[[], object],
+    def __init__(self, link: Link, refresh: Callable[[], Awaitable[None]],
                  route: Callable[[Job], None]) -> None:
         self.link = link
         self.refresh, self.route = refresh, route  # refresh(): a heartbeat (awaitable)
@@ -156,7 +158,7 @@ class Outbox:
                 for i in range(0, len(jobs), CHUNK):
                     chunk = jobs[i:i + CHUNK]
                     sent = await self.link.retrying(
-                        "forwarding URLs", lambda o=owner, c=chunk: self._send(o, c))
+                        "forwarding URLs", functools.partial(self._send, owner, chunk))
                     if sent:
                         self.forwarded += len(chunk)
                     else:
@@ -211,6 +213,7 @@ class Fetched:
         while done:
             urls = self.urls[:min(CHUNK, done)]
             await self.link.retrying("removing fetched URLs",
-                                     lambda u=urls: self.link.execute("HDEL", self.pending, *u))
+                                     functools.partial(self.link.execute, "HDEL", self.pending,
+                                                       *urls))
             del self.urls[:len(urls)]
             done -= len(urls)

@@ -114,7 +114,7 @@ def snapshot(source: StatusSource) -> dict[str, Any]:
         "connections_open": g.in_flight,
         "dns_queries": stats.dns_queries,
         "robots_fetches": stats.robots_fetches,
-        "robots_refusals": stats.outcomes["forbiddenRobots"],
+        "robots_refusals": stats.outcomes[Outcome.forbiddenRobots],
         "links_dropped": stats.links_dropped,
         "output_errors": stats.output_errors,
         "resource_waits": stats.resource_waits,

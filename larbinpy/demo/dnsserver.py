@@ -13,6 +13,7 @@ import errno
 import ipaddress
 import logging
 import socket
+import sys
 from collections import Counter
 from typing import TYPE_CHECKING, cast
 
@@ -116,8 +117,8 @@ class DnsServer:
             self._udp = None
         if self._tcp is not None:
             self._tcp.close()
-            # Idle TCP clients would otherwise keep wait_closed() hanging.
-            with contextlib.suppress(AttributeError):
+            # Idle TCP clients would otherwise keep wait_closed() hanging (3.13 can close them).
+            if sys.version_info >= (3, 13):
                 self._tcp.close_clients()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._tcp.wait_closed(), 1.0)
@@ -152,7 +153,8 @@ class DnsServer:
                 continue
             for rr in self._rrs(q.qname, qtype, self._records[name]):
                 reply.add_answer(rr)
-        return reply.pack()
+        packed: bytes = reply.pack()
+        return packed
 
     def _rrs(self, qname: object, qtype: str, ips: list[str]) -> list[RR]:
         """Answer records of type `qtype` among `ips` (empty list = NODATA)."""

@@ -132,6 +132,7 @@ class FingerprintTable:
     def _whole(self, b: int) -> array[int]:
         """A bucket's slots, for a probe that ran past its window."""
         if self._reads_mapped:
+            assert self._map is not None  # reads are mapped only while the table is
             return array("Q", self._map[b * BUCKET_BYTES:(b + 1) * BUCKET_BYTES])
         return array("Q", os.pread(self._fd, BUCKET_BYTES, b * BUCKET_BYTES))
 
@@ -154,6 +155,7 @@ class FingerprintTable:
     def _read_window(self, at: int, home: int) -> array[int]:
         """The slots from `home` on: WINDOW of them, fewer at the end of the bucket."""
         if self._reads_mapped:
+            assert self._map is not None  # reads are mapped only while the table is
             return array("Q", self._map[at:at + 8 * min(WINDOW, SLOTS - home)])
         if home > SLOTS - WINDOW:
             return array("Q", os.pread(self._fd, 8 * (SLOTS - home), at))

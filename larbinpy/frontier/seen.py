@@ -120,7 +120,9 @@ class BitmapSeenSet:
 
     def split(self, keys: list[str]) -> tuple[list[str], list[str]]:
         """(keys with a clear bit: new for certain, keys with all bits set: maybe seen)."""
-        m, new, maybe = self._map, [], []
+        m = self._map
+        new: list[str] = []
+        maybe: list[str] = []
         if self.k == 1:
             bits = self.bits
             for key in keys:
@@ -213,6 +215,11 @@ class ExactSeenSet:
             legacy.unlink(missing_ok=True)
         self.legacy = BitmapSeenSet(legacy, bits, functions) if legacy.exists() else None
         self.table = FingerprintTable(table, cache)
+        self.k = functions
+
+    def positions(self, key: str) -> list[int]:
+        """The key's bit positions in the bitmap (what a cluster's Redis bitmap sets too)."""
+        return self.bitmap.positions(key)
 
     def missing(self, keys: list[str]) -> list[str]:
         """The keys never added: a clear bit, or a set bit and no such fingerprint."""

@@ -39,6 +39,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from larbinpy.frontier.joblines import decode_job, encode_jobs
 from larbinpy.records import Job
@@ -66,13 +67,13 @@ class Saved:
     fresh: bool = True  # no checkpoint at all: a new crawl
 
 
-def _saved(cursors: dict[str, dict[str, list[int]]], jobs: list[Job]) -> Saved:
+def _saved(cursors: dict[str, Any], jobs: list[Job]) -> Saved:
     """A Saved from a checkpoint's cursor object and jobs."""
     return Saved(
-        {int(p): tuple(pos) for p, pos in cursors["frontier"].items()},  # type: ignore[misc]
-        {k: tuple(pos) for k, pos in cursors["spill"].items()},  # type: ignore[misc]
+        {int(p): tuple(pos) for p, pos in cursors["frontier"].items()},
+        {k: tuple(pos) for k, pos in cursors["spill"].items()},
         jobs,
-        urls_seen=int(cursors.get("urls_seen", 0)),  # type: ignore[call-overload]
+        urls_seen=int(cursors.get("urls_seen", 0)),
         fresh=False,
     )
 
@@ -199,7 +200,7 @@ class StateDir:
         Without its cursor line the queues are read from their oldest files (jobs done since
         the files were last released are fetched again); jobs cut off are lost, and logged.
         """
-        cursors: dict[str, dict[str, list[int]]] = {"frontier": {}, "spill": {}}
+        cursors: dict[str, Any] = {"frontier": {}, "spill": {}}  # as JSON has them
         if len(lines) > 1 and lines[1].endswith("\n"):
             with contextlib.suppress(ValueError):
                 found = json.loads(lines[1])

@@ -19,16 +19,18 @@ fast paths; only unusual ones go through the full WHATWG-style parser further do
 
 from __future__ import annotations
 
+import enum
 import re
 import unicodedata
 from collections.abc import Iterable
 from itertools import repeat
+from typing import Final
 from urllib.parse import quote, unquote_to_bytes
 
 try:
     import idna as _idna
 except ImportError:  # pragma: no cover - idna ships with yarl, the fallback is for bare installs
-    _idna = None
+    _idna = None  # type: ignore[assignment]  # no idna: _domain_to_ascii falls back
 
 __all__ = ["DEFAULT_STRIP_PARAMS", "Normalizer", "host_of", "path_of", "site_key"]
 
@@ -206,7 +208,7 @@ class Normalizer:
                     urls[i] = self._resolve_link(info, sub, hrefs[i])
         out = dict.fromkeys(urls)
         out.pop(None, None)
-        return list(out), 0  # type: ignore[arg-type]
+        return list(out), 0  # type: ignore[arg-type]  # None popped, no _SLOW left: all str
 
     def _resolve_link(
         self, info: _BaseInfo | None, sub: dict[str, str | None] | None, href: str
@@ -257,18 +259,18 @@ class Normalizer:
                 return hit
         if info is None:
             return self.normalize(href)
-        result = self._fast_relative(info, href)
+        resolved = self._fast_relative(info, href)
         cacheable = True
-        if result is _SLOW:
+        if resolved is _SLOW:
             self._used_full_base = False
-            result = self._slow(href, info)
+            resolved = self._slow(href, info)
             # Results that depend on the base's file name or query must not be shared per-directory.
             cacheable = not self._used_full_base
         elif href[:1] == "?":
             cacheable = False
         if cacheable and sub is not None and len(href) <= _CACHE_HREF_MAX:
-            self._remember(info, sub, href, result)
-        return result
+            self._remember(info, sub, href, resolved)
+        return resolved
 
     def _remember(
         self, info: _BaseInfo, sub: dict[str, str | None], href: str, result: str | None
@@ -291,7 +293,7 @@ class Normalizer:
         sub[href] = result if result is None else self._same.setdefault(result, result)
         self._cache_size += 1
 
-    def _fast_relative(self, info: _BaseInfo, href: str) -> str | None | object:
+    def _fast_relative(self, info: _BaseInfo, href: str) -> str | None | _Slow:
         """Resolve the common simple href shapes with string operations, else return _SLOW."""
         first = href[:1]
         if first == "/":
@@ -323,7 +325,7 @@ class Normalizer:
             return None
         return _SLOW
 
-    def _fast_abs(self, m: re.Match[str]) -> str | None | object:
+    def _fast_abs(self, m: re.Match[str]) -> str | None | _Slow:
         """Finish a clean absolute URL matched by _FAST_ABS, or return _SLOW for odd hosts."""
         origin, port, path, query = m.groups()
         last = origin[origin.index("//") + 2 :].rstrip(".").rpartition(".")[2]
@@ -369,6 +371,7 @@ class Normalizer:
         """Split a base URL into the pieces resolution needs (memoised for the last base)."""
         if base is self._base_key or base == self._base_key:
             return self._base_info
+        canon: str | None
         if not isinstance(base, str):
             canon = None
         elif base in self._same:
@@ -444,8 +447,8 @@ class Normalizer:
         hostport = _split_port(auth)
         if hostport is None:
             return None
-        host, port = hostport
-        host = _parse_host(host)
+        raw_host, port = hostport
+        host = _parse_host(raw_host)
         if host is None:
             return None
         origin = scheme + "://" + host
@@ -471,7 +474,13 @@ class Normalizer:
         return self._finish(origin, path, query)
 
 
-_SLOW = object()  # sentinel: "the fast path cannot decide, use the full parser" / cache miss
+class _Slow(enum.Enum):
+    """The type of _SLOW (an enum member, so that `is not _SLOW` narrows it away)."""
+
+    SLOW = 0
+
+
+_SLOW: Final = _Slow.SLOW  # sentinel: "the fast path cannot decide, use the full parser" / miss
 
 
 class _BaseInfo:
@@ -642,8 +651,9 @@ def _parse_ipv4(host: str) -> str | None:
         parts.pop()
     if len(parts) > 4:
         return None
-    numbers = [_ipv4_number(p) for p in parts]
-    if any(n is None for n in numbers) or any(n > 255 for n in numbers[:-1]):
+    parsed = [_ipv4_number(p) for p in parts]
+    numbers = [n for n in parsed if n is not None]
+    if len(numbers) < len(parsed) or any(n > 255 for n in numbers[:-1]):
         return None
     if numbers[-1] >= 256 ** (5 - len(numbers)):
         return None
@@ -712,6 +722,7 @@ def _parse_ipv6_tail_v4(
             if number > 255:
                 return None
             i += 1
+        assert number is not None  # the first character was a digit (checked above)
         address[piece] = address[piece] * 0x100 + number
         seen += 1
         if seen in (2, 4):

@@ -75,7 +75,7 @@ class AioResolver(AbstractResolver):
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         """Allowed addresses of `host`; DeniedNetworkError or OSError otherwise."""
-        return await self.resolver.resolve(host, port)  # type: ignore[return-value]
+        return await self.resolver.resolve(host, port)  # type: ignore[return-value]  # ResolveResult keys
 
     async def close(self) -> None:
         """Nothing to release: the DNS stage owns the channel."""
@@ -129,7 +129,8 @@ def make_session(cfg: Config, dns: HostLookup, headers: dict[str, str],
     )
     # every byte of a body counted, chunk framing too (CountingHandler; aiohttp has no public
     # way to give a connector its protocol)
-    connector._factory = functools.partial(CountingHandler, loop=connector._loop)
+    connector._factory = functools.partial(  # type: ignore[assignment]  # partial[] invariant
+        CountingHandler, loop=connector._loop)
     return aiohttp.ClientSession(
         connector=connector,
         timeout=timeout,

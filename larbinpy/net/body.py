@@ -118,7 +118,8 @@ class _BrotliInflater:
     def feed(self, chunk: bytes, max_out: int) -> bytes:
         """Decode a chunk, producing at most about `max_out` + 1 bytes."""
         try:
-            return self.d.process(chunk, output_buffer_limit=max_out + 1)
+            out: bytes = self.d.process(chunk, output_buffer_limit=max_out + 1)
+            return out
         except brotli.error:
             raise BodyError(Outcome.badEncoding) from None
 

@@ -27,7 +27,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar, cast
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -306,7 +306,7 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Connected."""
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream's: an asyncio.Transport
 
     def data_received(self, data: bytes) -> None:
         """Bytes from the server: into the parser (which calls the on_* methods below)."""
@@ -408,7 +408,7 @@ class Connection(asyncio.Protocol):
         """The head is in: the reader may look at it."""
         resp = self.response
         assert resp is not None
-        parser = self.parser
+        parser = cast(httptools.HttpResponseParser, self.parser)  # its callback: not _CLOSED
         status = parser.get_status_code()
         if status < 200:  # 1xx: an interim answer, the real one follows
             resp._head_items.clear()
@@ -674,7 +674,7 @@ class Http1Client:
         for ip in ips:
             try:
                 (_, conn), waited = await patiently(
-                    lambda waited, ip=ip: self._open(host, port, ip, deadline + waited))
+                    lambda waited, ip=ip: self._open(host, port, ip, deadline + waited))  # type: ignore[misc]  # untyped default
                 return conn, deadline + waited
             except TimeoutError:
                 last = Outcome.timeout

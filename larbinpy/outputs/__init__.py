@@ -96,7 +96,8 @@ def make_output(name: str, cfg: Config) -> Output:
         raise ValueError(f"output {name} is not available") from None
     if not hasattr(module, "make"):
         raise ValueError(f"output {name} is not available")
-    return module.make(cfg)
+    output: Output = module.make(cfg)
+    return output
 
 
 def page_from_response(job: Job, resp: Any, body: Body, started: float, ip: str = "") -> Page:
@@ -322,7 +323,7 @@ class Outputs:
             except Exception as exc:  # noqa: BLE001
                 if is_storage_error(exc):
                     self._pause(i, exc)
-                    failed = failed or exc  # type: ignore[assignment]
+                    failed = failed or exc
                 else:
                     log.error("output %s could not flush: %s", _name(out), exc)
         self._update()

@@ -18,7 +18,9 @@ import ctypes
 import errno
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeGuard
 
 # Errors that mean "the storage cannot take writes right now" (full, read-only, not
 # writable, not there, or the process is out of descriptors or memory): the crawl pauses and
@@ -29,7 +31,7 @@ STORAGE_ERRNOS = frozenset({
 })
 
 
-def is_storage_error(exc: BaseException) -> bool:
+def is_storage_error(exc: BaseException) -> TypeGuard[OSError]:
     """Does this error mean the storage is unusable for now (retry later) rather than bad data?"""
     return isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS
 
@@ -50,7 +52,7 @@ def write_file(dir_fd: int, name: str, data: bytes,
 SYNCFS_FILES = 32  # from this many files on one file system, one syncfs() replaces their fsyncs
 
 
-def _load_syncfs() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _load_syncfs() -> Callable[[int], int] | None:
     """Linux's syncfs(2) from the C library, or None."""
     if not sys.platform.startswith("linux"):
         return None

@@ -43,7 +43,7 @@ from yarl import URL
 try:  # zlib-ng: the gzip format zlib writes, about the same size, for less CPU
     from zlib_ng import zlib_ng as zlib
 except ImportError:  # pragma: no cover - a dependency; the standard zlib writes the same format
-    import zlib  # type: ignore[no-redef]
+    import zlib  # type: ignore[no-redef]  # the fallback: the same compressobj
 
 from larbinpy import __version__
 from larbinpy.config import Config, describe
@@ -96,7 +96,7 @@ def _warcio_version() -> str:
         return getattr(warcio, "__version__", "?")
 
 
-class RawHttpHeaders(StatusAndHeaders):
+class RawHttpHeaders(StatusAndHeaders):  # type: ignore[misc]  # warcio ships no type hints
     """HTTP status line and headers whose bytes are given, not re-serialised by warcio."""
 
     def __init__(self, statusline: str, protocol: str, block: bytes) -> None:
@@ -157,7 +157,8 @@ def _truncated(page: Page, payload: bytes) -> bool:
 def warc_date(timestamp: float) -> str:
     """WARC/1.1 date with microseconds, UTC."""
     moment = datetime.fromtimestamp(timestamp, UTC).replace(tzinfo=None)
-    return datetime_to_iso_date(moment, use_micros=True)
+    date: str = datetime_to_iso_date(moment, use_micros=True)
+    return date
 
 
 def payload_digest(payload: bytes) -> str:

@@ -29,7 +29,7 @@ import ipaddress
 import logging
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import aiodns
 import pycares
@@ -48,6 +48,7 @@ NEGATIVE_TTL = 300.0  # how long a failed host stays failed
 QUERY_TIMEOUT = 5.0
 QUERY_TRIES = 2
 _ADDR_TYPES = {"A": 1, "AAAA": 28}
+_AddrData = pycares.ARecordData | pycares.AAAARecordData  # the data of those records
 
 
 def ip_literal(host: str) -> str | None:
@@ -199,7 +200,8 @@ class Dns:
             records = [r for r in result.answer if r.type == _ADDR_TYPES[qtype]]
             if records:
                 ttl = min(r.ttl for r in records)
-                return [r.data.addr for r in records], min(max(ttl, TTL_FLOOR), TTL_CEILING)
+                addrs = [cast(_AddrData, r.data).addr for r in records]  # A or AAAA, by type
+                return addrs, min(max(ttl, TTL_FLOOR), TTL_CEILING)
         return [], NEGATIVE_TTL
 
     async def close(self) -> None:

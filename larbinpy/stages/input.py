@@ -124,8 +124,9 @@ class Input:
         for item in urls:
             raw, tag = (item, 0) if isinstance(item, str) else item
             url = self.normalizer.normalize(raw.strip())
-            reason = "invalid" if url is None else self.scope.check(url)
-            if reason:
+            if url is None:
+                rejected.append((raw, REASONS["invalid"]))
+            elif reason := self.scope.check(url):
                 rejected.append((raw, REASONS[reason]))
             elif url not in candidates:
                 candidates[url] = (raw, tag)
