@@ -54,6 +54,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from larbinpy.frontier.diskqueue import _write_all
 from larbinpy.frontier.fpindex import TOMBSTONE, FingerprintIndex, url_key
@@ -399,31 +400,33 @@ class Schedule:
 
     # --- opening ---
 
-    def _load_wheel(self, granularity: float) -> dict[str, object]:
+    def _load_wheel(self, granularity: float) -> dict[str, Any]:
         """The wheel state (a new one when there is none); its granularity wins."""
         try:
-            wheel = json.loads(self._wheel.read_text())
+            wheel: dict[str, Any] = json.loads(self._wheel.read_text())
         except FileNotFoundError:
             wheel = {"granularity_ms": max(1, _ms(granularity)), "near": -(1 << 40)}
             self._write_wheel(wheel)
             return wheel
         except (OSError, ValueError) as exc:
             raise StateError(f"{self._wheel}: unreadable ({exc}); use --scratch") from None
+        if not isinstance(wheel, dict) or not {"granularity_ms", "near"} <= wheel.keys():
+            raise StateError(f"{self._wheel}: not a schedule's wheel file; use --scratch")
         if wheel["granularity_ms"] != max(1, _ms(granularity)):
             log.info("%s: kept the saved granularity (%s ms)", self._wheel,
                      wheel["granularity_ms"])
         return wheel
 
-    def _write_wheel(self, wheel: dict[str, object]) -> None:
+    def _write_wheel(self, wheel: dict[str, Any]) -> None:
         """Replace the wheel file (kill-safe: a rename)."""
         tmp = self.dir / "wheel.tmp"
         tmp.write_text(json.dumps(wheel))
         os.replace(tmp, self._wheel)
 
-    def _open_files(self, wheel: dict[str, object]) -> None:
+    def _open_files(self, wheel: dict[str, Any]) -> None:
         """Find the bucket files, cut torn tails, undo a spreading cut short."""
         spreading = wheel.get("spreading")
-        sizes = {int(b): s for b, s in wheel.get("sizes", {}).items()}  # type: ignore[attr-defined]
+        sizes = {int(b): s for b, s in wheel.get("sizes", {}).items()}
         far: dict[int, list[tuple[int, Path]]] = {}
         for entry in os.scandir(self.dir):
             if entry.name.endswith(".tmp"):  # a compaction cut short: the original is whole
