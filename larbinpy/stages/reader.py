@@ -200,8 +200,8 @@ class Reader:
         status = ex.status = resp.status
         ex.ctype = resp.content_type
         answer = ex.answer
-        if answer is not None:
-            self.revisits.answered(answer, resp)  # type: ignore[union-attr]
+        if answer is not None and self.revisits is not None:  # recrawl on
+            self.revisits.answered(answer, resp)
             if status == 304 and answer.conditional:
                 return await self._revisited(site, job, resp, ex, Outcome.notModified)
         if status not in BACK_OFF_STATUSES:

@@ -352,16 +352,18 @@ class Revisits:
                 state.not_modified = 0
                 self.audits.add(job.url)
                 interval = 0.0  # checked at once: its site's politeness still spaces it
-        assert prior is not None or kind is Outcome.success
+        if kind is Outcome.success:  # a new capture
+            digest, captured_at = answer.digest, now
+        else:  # the copy kept: a revisit always has a prior
+            assert prior is not None
+            digest, captured_at = prior.digest, prior.captured_at
         body = kind is not Outcome.notModified
         return Visit(
             url=job.url, due=now + interval, fetched_at=now,
             etag=answer.etag if body or answer.etag else (prior.etag if prior else None),
             last_modified=strong_lm if body else (prior.last_modified if prior else None),
-            digest=answer.digest if kind is Outcome.success else prior.digest,  # type: ignore[union-attr]
-            captured_at=now if kind is Outcome.success else prior.captured_at,  # type: ignore[union-attr]
-            status=answer.status, depth=job.depth, priority=job.priority, tag=job.tag,
-            stats=stats)
+            digest=digest, captured_at=captured_at, status=answer.status, depth=job.depth,
+            priority=job.priority, tag=job.tag, stats=stats)
 
     def _audit(self, job: Job, kind: Outcome, answer: Answer, state: SiteRecrawl,
                prior: Visit) -> None:
