@@ -153,6 +153,8 @@ class Reader:
         ex = Exchange(time.monotonic(), answer)
         kind = await self._request(site, job, ex, headers)
         self.stats.count(kind)
+        if answer is not None:
+            answer.elapsed = time.monotonic() - ex.start
         if kind is not Outcome.backedOff:  # a job sent back to its queue ends later
             self.crawl_log.record(job, kind, ex.status, ex.nbytes,
                                   round((time.monotonic() - ex.start) * 1000), ex.ctype,

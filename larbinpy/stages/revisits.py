@@ -59,6 +59,7 @@ AUDIT_RISK = 0.05  # ... of a page whose estimated chance of changing before the
 AUDIT_STRIKES = 2  # audits finding a hidden change before the site's validators are dropped
 FAILURE_BACKOFF = 2.0  # a failed page is due again after twice the time since its last answer
 FIRST_FAILURE = 4.0  # ... or this many recrawlMin when it never answered
+FETCH_TIME_WEIGHT = 0.1  # weight of one fetch in a site's average fetch time
 CLAIMS_KEPT = 100_000  # sitemap lastmods awaiting the fetch that checks them
 FRESHNESS_SAMPLES = 10_000  # pages whose expected freshness makes the crawl's estimate
 NOT_MODIFIED = "server-not-modified"
@@ -80,6 +81,7 @@ class SiteRecrawl:
     not_modified: int = 0  # 304s answered since the last audit
     false_304s: int = 0  # audits that found a change a 304 hid
     next_at: float = 0.0  # loop time before which no revisit of it is fed (recrawlShare)
+    fetch_s: float = 0.0  # seconds a fetch of it takes (moving average), for its capacity
 
 
 @dataclass(slots=True)
@@ -94,7 +96,7 @@ class Answer:
     last_modified: str | None = None
     date: str | None = None  # the answer's Date header
     digest: bytes = b""  # SHA-1 of the payload, when a body was read
-    elapsed: float = 0.0
+    elapsed: float = 0.0  # seconds the fetch took
 
 
 @dataclass(slots=True)
@@ -329,6 +331,7 @@ class Revisits:
         """The history after a fetch that found the page (changed, or as kept)."""
         prior = answer.prior
         state = self.site_state(site)
+        state.fetch_s += (answer.elapsed - state.fetch_s) * FETCH_TIME_WEIGHT
         if prior is not None:
             self._audit(job, kind, answer, state, prior)
             if self.claims:
@@ -410,9 +413,12 @@ class Revisits:
         return 2 * site.delay + self.lo / 16 + min(POP_EVERY, self.lo / 2)
 
     def _capacity(self, site: Site) -> float:
-        """Revisits a second the site's politeness allows, times recrawlShare."""
-        delay = max(site.delay, 1e-3)
-        return self.per_host * self.cfg.recrawl_share / delay
+        """Revisits a second the site's politeness allows, times recrawlShare: a fetch takes
+        its own time plus the site's delay (a budget beyond what the site can serve would
+        leave every page late alike, the schedule no better than uniform)."""
+        state = self.sites.recrawl_state(site)
+        took = state.fetch_s if isinstance(state, SiteRecrawl) else 0.0
+        return self.per_host * self.cfg.recrawl_share / max(site.delay + took, 1e-3)
 
     def _note_freshness(self, value: float) -> None:
         """One page's expected freshness at its new interval, for the crawl's estimate."""
