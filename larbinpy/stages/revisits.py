@@ -168,11 +168,15 @@ class Revisits:
         for visit in visits:
             key = site_key(visit.url)
             fifo = self.waiting.setdefault(key, deque())
-            if len(fifo) >= PER_SITE_MAX:  # its site cannot take them soon: back, a bit later
+            if len(fifo) >= PER_SITE_MAX and visit.url not in self.audits:
+                # its site cannot take them soon: back, a bit later
                 self.schedule.put(replace(visit, due=now + max(self._spacing(key) * len(fifo),
                                                                 POP_EVERY)))
                 continue
-            fifo.append(visit)
+            if visit.url in self.audits:  # checks a 304: the sooner, the more it proves
+                fifo.appendleft(visit)
+            else:
+                fifo.append(visit)
             self.pending += 1
             keys[key] = None
         for key in keys:
