@@ -112,6 +112,8 @@ def bench_schedule(n: int, directory: Path, seed: int = 29) -> dict[str, Any]:
             since += len(got)
         if since >= CHECKPOINT_EVERY:
             since = 0
+            # The most the files take: consumed files wait for the checkpoint to go.
+            peak_bytes = max(peak_bytes, _disk_bytes(directory))
             _progress(f"popped {popped}: {popped / pop_s:.0f}/s, put again "
                       f"{popped / reput_s:.0f}/s, {_disk_bytes(directory) / n:.1f} bytes a page, "
                       f"day {(clock - T0) / 86400:.1f}")
