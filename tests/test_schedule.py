@@ -335,3 +335,14 @@ def same_but_due(got: Visit, want: Visit) -> bool:
     """The same history, due when asked or at most two buckets later (a put never shares
     the bucket of the page's previous record: it moves on)."""
     return same(replace(got, due=want.due), want) and want.due - 1e-3 <= got.due <= want.due + 2
+
+
+def test_the_schedule_bench_runs_and_makes_its_folder(tmp_path: Path) -> None:
+    from conftest import bench_json
+
+    where = tmp_path / "not" / "there"
+    got = bench_json("--schedule", "300", "--dir", str(where))["schedule"]
+    assert where.is_dir() and not any(where.iterdir())  # made, and its files removed after
+    assert got["pages"] == got["scheduled"] == 300
+    assert got["pops_per_s"] > 0 and got["puts_per_s"] > 0
+    assert got["bytes_per_page_after_revisits"] > 0 and got["peak_rss_mb"] > 0

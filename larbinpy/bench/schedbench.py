@@ -3,8 +3,9 @@
 N pages as a crawl of the synthetic web would schedule them (`http://hH.web.test/secK/pJ.html`
 URLs over N/100 hosts, nginx-style ETags on 80%, Last-Modified on 85%, a sha1 digest, the
 estimator state of a few visits), due times spread over RECRAWL_MAX; then the clock runs and
-every page is popped when due and put again one learned interval later, with a checkpoint
-(position, sync, release) every CHECKPOINT_EVERY pops, until N pages have been revisited.
+every page is popped when due and put again 1 h to 30 days later, with a checkpoint
+(position, sync, release) every CHECKPOINT_EVERY pops, until N pages have been revisited. The
+clock steps CLOCK_STEP seconds (1M / N times that below 1M pages, so a small run stays short).
 Only the schedule's own calls are timed; pages are made between the timed calls.
 """
 
@@ -26,7 +27,7 @@ RECRAWL_MIN, RECRAWL_MAX = 3600.0, 30 * 86400.0
 GRANULARITY = 60.0
 BATCH = 10_000  # pages made, then put, at a time
 POP_BATCH = 1000  # pages popped at a time (a crawler's revisit batch)
-CLOCK_STEP = 60.0  # simulated seconds between two pop rounds
+CLOCK_STEP = 60.0  # simulated seconds between two pop rounds (at 1M pages and more)
 CHECKPOINT_EVERY = 1_000_000  # pops between two checkpoints
 PROGRESS = 1_000_000  # puts between two progress lines
 
@@ -93,9 +94,10 @@ def bench_schedule(n: int, directory: Path, seed: int = 29) -> dict[str, Any]:
     after_puts = _disk_bytes(directory)
     pop_s = reput_s = checkpoint_s = 0.0
     popped, clock, since = 0, T0, 0
+    step = CLOCK_STEP * max(1.0, 1_000_000 / n)  # fewer pages: as many pages a round
     peak_bytes = after_puts
     while popped < n:
-        clock += CLOCK_STEP
+        clock += step
         while popped < n:
             t = time.perf_counter()
             got = s.pop_due(clock, POP_BATCH)
@@ -112,6 +114,8 @@ def bench_schedule(n: int, directory: Path, seed: int = 29) -> dict[str, Any]:
             since += len(got)
         if since >= CHECKPOINT_EVERY:
             since = 0
+            # The most the files take: consumed files wait for the checkpoint to go.
+            peak_bytes = max(peak_bytes, _disk_bytes(directory))
             _progress(f"popped {popped}: {popped / pop_s:.0f}/s, put again "
                       f"{popped / reput_s:.0f}/s, {_disk_bytes(directory) / n:.1f} bytes a page, "
                       f"day {(clock - T0) / 86400:.1f}")
