@@ -49,6 +49,8 @@ def test_freshness_of_a_schedule() -> None:
     assert fr.freshness(0.0, 100.0) == 1.0
     assert math.isclose(fr.freshness(0.01, 100.0), 1 - math.exp(-1))
     assert fr.freshness(1e9, 1e9) < 1e-9
+    assert fr.freshness(0.0, math.inf) == 1.0 and fr.freshness(0.1, math.inf) == 0.0
+    assert fr.uniform([0.0, 0.5], 0.0) == 0.5
     rates = [0.1, 0.001]
     assert math.isclose(fr.uniform(rates, 0.02), fr.mean_freshness(rates, [100.0, 100.0]))
 

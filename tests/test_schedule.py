@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -63,8 +64,13 @@ def test_blocks_round_trip_every_field() -> None:
     visits[5].last_modified = "yesterday, about noon"
     visits[6].etag = 'W/"weak ünïcode"'
     visits[7].digest, visits[7].stats, visits[7].fetched_at = b"", b"", 0.0
+    visits[8].last_modified = lm_text(0x5F3A1B2C)
+    visits[8].etag = '"5f3a1b2c-1b2c"'  # nginx: the mtime in hex, then the size
+    visits[9].last_modified, visits[9].etag = lm_text(0x5F3A1B2C), '"\x00-5f3a1b2c"'
+    rng.shuffle(visits)
     block = sched.encode_block(visits)
     n, body = sched._HEAD.unpack_from(block)[1], block[sched._HEAD.size:]
+    visits.sort(key=lambda v: v.url)  # a block keeps its records in URL order
     assert [v.url for v in visits] == sched.block_urls(body, n)
     assert all(same(a, b) for a, b in zip(visits, sched.decode_block(body, n), strict=True))
 
@@ -209,11 +215,123 @@ def test_kill_9_while_writing_loses_no_flushed_page(tmp_path: Path, seed: int) -
 
 
 def test_bytes_a_page_on_disk(tmp_path: Path) -> None:
-    s = Schedule(tmp_path, granularity=60.0)
+    """Pages as the bench makes them (URLs of the synthetic web, nginx ETags on 80%,
+    Last-Modified on 85%, digests, estimator states), enough of them that blocks are whole
+    and the index is well loaded, as at scale: at most 64 bytes a page, index included."""
+    from larbinpy.bench.schedbench import _stats_pool, make_page
+
     rng = random.Random(5)
-    n = 30_000
-    for i in range(n):
-        s.put(page(i, T0 + rng.uniform(3600, 30 * 86400), rng))
+    pool, n = _stats_pool(rng, 256), 50_000
+    s = Schedule(tmp_path, granularity=60.0)
+    s.put_many(make_page(j, n // 100, T0 + rng.uniform(3600, 2 * 86400), rng, pool)
+               for j in range(n))
     s.sync()
     size = sum(p.stat().st_size for p in tmp_path.iterdir())
     assert size / n <= 64, size / n
+    assert len(s) == n
+
+
+SPREAD_CHILD = """
+import os, sys
+sys.path.insert(0, "tests")
+from pathlib import Path
+from test_schedule import T0, page
+from larbinpy.frontier.schedule import Schedule
+s = Schedule(Path(sys.argv[1]), granularity=1.0)
+start = T0 // 64 * 64  # the start of a far bucket (64 fine buckets of 1 s)
+s.put_many(page(i, start + (i % 6000) / 100) for i in range(30_000))
+s.flush()
+with open(sys.argv[2], "w") as f:
+    f.write("ready\\n")
+s.pop_due(start + 1, 10)  # spreads the far bucket over its 64 fine ones
+with open(sys.argv[2], "a") as f:
+    f.write("spread\\n")
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_kill_9_while_spreading_a_far_bucket_loses_and_doubles_nothing(
+        tmp_path: Path, seed: int) -> None:
+    directory, report = tmp_path / "schedule", tmp_path / "report"
+    child = subprocess.Popen([sys.executable, "-c", SPREAD_CHILD, str(directory), str(report)],
+                             cwd=REPO, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (report.exists() and report.read_text().startswith("ready")):
+        assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    time.sleep(random.Random(seed).uniform(0.0, 1.5))  # the kill lands in it (~1 s) or after
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    s = Schedule(directory)
+    got = drain(s, T0 // 64 * 64 + 200, step=1.0)
+    urls = [v.url for v in got]
+    assert len(urls) == len(set(urls)) == 30_000
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_random_operations_match_a_model(tmp_path: Path, seed: int) -> None:
+    """Puts, pops, forces, drops, flushes and clean reopens in random order, against a dict:
+    nothing comes out early or twice, nothing due stays in, the last put's history wins."""
+    rng = random.Random(seed)
+    s = Schedule(tmp_path, granularity=1.0, buffer_records=rng.choice([7, 50, 10_000]))
+    model: dict[str, Visit] = {}  # scheduled pages, not in flight
+    flying: dict[str, Visit] = {}  # popped, not put again yet
+    now = T0
+    for step in range(1500):
+        op = rng.random()
+        if op < 0.45:
+            url_i = rng.randrange(400)
+            v = page(url_i, now + rng.choice([0.0, rng.uniform(0, 30), rng.uniform(0, 300)]),
+                     rng)
+            if v.url in model or v.url in flying or rng.random() < 0.5:
+                s.put(v)
+                model[v.url] = v
+                flying.pop(v.url, None)
+        elif op < 0.75:
+            now += rng.uniform(0, 8)
+            limit = rng.choice([3, 1000])
+            got = s.pop_due(now, limit)
+            for v in got:
+                assert v.url in model, "popped a page not scheduled (or twice)"
+                assert v.due <= now
+                assert same_but_due(v, model.pop(v.url))
+                flying[v.url] = v
+            if len(got) < limit:  # all that was due came out, to the granularity
+                assert not [u for u, v in model.items() if v.due < now - 2.0]
+        elif op < 0.8 and model:
+            url = rng.choice(sorted(model))
+            assert s.force(url, now)
+            model[url] = replace(model[url], due=min(model[url].due, now))
+        elif op < 0.85 and (model or flying):
+            url = rng.choice(sorted(model.keys() | flying.keys()))
+            assert s.drop(url)
+            model.pop(url, None)
+            flying.pop(url, None)
+        elif op < 0.9:
+            s.flush()
+        elif op < 0.93:
+            pos = s.position()
+            s.sync()
+            s.release(pos)
+            s.close()
+            s = Schedule(tmp_path, pos)
+            model.update(flying)  # a restart pops the pages in flight again
+            flying.clear()
+        elif flying:
+            url = rng.choice(sorted(flying))  # fetched: put again
+            v = replace(flying.pop(url), due=now + rng.uniform(0, 100))
+            s.put(v)
+            model[url] = v
+        assert len(s) == len(model) + len(flying), step
+    s.flush()
+    now += 400
+    for v in s.pop_due(now, 10**9):
+        assert same_but_due(v, model.pop(v.url))
+    assert not model  # everything due came out
+
+
+def same_but_due(got: Visit, want: Visit) -> bool:
+    """The same history, due when asked or at most two buckets later (a put never shares
+    the bucket of the page's previous record: it moves on)."""
+    return same(replace(got, due=want.due), want) and want.due - 1e-3 <= got.due <= want.due + 2

@@ -19,6 +19,7 @@ the crawler itself adds on top of fetching. The crawl runs first because peak RS
 Other modes: `--nodes` (clusters of processes, `cluster.py`) and `--micro`, `--frontier`,
 `--hashset` (one structure alone, `micro.py`), `--seen` (the seen-set alone, `seen_bench`),
 `--shared-ip` (thousands of hosts on one IP: does the crawl keep its pace, `shared_ip_bench`),
+`--schedule` (the recrawl schedule alone on a simulated clock, `schedbench.py`),
 `--recrawl` (how fresh the daemon keeps a copy of a changing web, `recrawl.py`).
 """
 
@@ -383,6 +384,11 @@ def parser() -> argparse.ArgumentParser:
                    help="instead: N distinct URLs plus 4 duplicates each, a page of 50 links "
                         "at a time, through the seen-set (--seen-set, --seen-bits): "
                         "URLs lost, cost per link tested, peak RSS")
+    p.add_argument("--schedule", type=parse_int, metavar="N", default=0,
+                   help="instead: schedule N pages over 30 days (ETags, Last-Modified, "
+                        "digests), then pop each when due on a simulated clock and put it "
+                        "again: puts/s, pops/s, bytes a page on disk, peak RSS (--dir: where; "
+                        "created when missing)")
     p.add_argument("--seen-set", choices=("exact", "bitmap"), default="exact",
                    help="the seenSet of --seen [exact]")
     p.add_argument("--seen-bits", type=parse_int, default=0, metavar="BITS",
@@ -482,6 +488,14 @@ def state_bench(args: argparse.Namespace) -> int:
         result["frontier"] = micro.bench_frontier(args.frontier, 100_000)
     if args.hashset:
         result["hashset"] = micro.bench_hashset(args.hashset)
+    if args.schedule:
+        from larbinpy.bench.schedbench import bench_schedule
+
+        where = args.dir
+        if where is not None:
+            Path(where).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="larbinpy-schedule-", dir=where) as tmp:
+            result["schedule"] = bench_schedule(args.schedule, Path(tmp))
     if args.seen:
         where = args.dir  # a disk: the store's real medium
         if where is not None:
@@ -716,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
         p = parser()
         p.set_defaults(**recrawl.DEFAULTS)
         args = p.parse_args(argv)
-    if args.micro or args.frontier or args.hashset or args.seen:
+    if args.micro or args.frontier or args.hashset or args.seen or args.schedule:
         return state_bench(args)
     setup_logging(-1)  # warnings only: logging must not cost the crawl CPU
     if args.nodes:

@@ -55,6 +55,8 @@ _NEWTON_STEPS = 60
 
 def freshness(rate: float, interval: float) -> float:
     """Time-averaged freshness of a page changing at `rate` (1/s) revisited every `interval` s."""
+    if rate <= 0.0:
+        return 1.0  # a page that never changes stays fresh, however rarely it is fetched
     x = rate * interval
     if x <= 1e-12:
         return 1.0

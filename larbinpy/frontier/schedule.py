@@ -42,6 +42,7 @@ from __future__ import annotations
 import bisect
 import calendar
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -50,9 +51,10 @@ import struct
 import time
 import zlib
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from larbinpy.frontier.diskqueue import _write_all
 from larbinpy.frontier.fpindex import TOMBSTONE, FingerprintIndex, url_key
@@ -62,6 +64,9 @@ GRANULARITY = 60.0  # seconds a fine bucket spans: the most a page can come out 
 FAN = 64  # fine buckets a far bucket spans
 BLOCK_RECORDS = 1024  # records a block holds at most
 BUFFER_RECORDS = 65536  # puts held in memory (all buckets) before they are written
+# A far bucket's file is closed at this many records and, if its blocks are small (frequent
+# flushes spread over many buckets), rewritten in whole blocks: each record at most once.
+COMPACT_RECORDS = 4096
 ZLEVEL = 6
 MOD = TOMBSTONE  # index values are fine bucket numbers modulo this
 Position = tuple[int, int, int]  # (fine bucket, byte offset of a block, record in it)
@@ -73,12 +78,13 @@ _MAGIC = 0x5652
 _LENS = struct.Struct("<II")  # compressed URL stream, compressed meta stream
 _META = struct.Struct("<qIII")  # base due (ms), stats bytes, ETag bytes, LM text bytes
 _INTS = 7  # int64 columns: due, due - fetched, fetched - captured, status, depth, prio, tag
-_F_ETAG, _F_LM_EPOCH, _F_LM_TEXT = 1, 2, 4
-_FILE = re.compile(r"([nf])(-?[0-9]+)\.blk")
+_F_ETAG, _F_LM_EPOCH, _F_LM_TEXT, _F_ETAG_LM = 1, 2, 4, 8
+_LM_MARK = "\x00"  # in a stored ETag: the Last-Modified epoch in hex was here (nginx's ETag)
+_FILE = re.compile(r"([nf])(-?[0-9]+)(?:\.([0-9]+))?\.blk")
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-_IMF = re.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), ([0-9]{2}) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug"
-                  r"|Sep|Oct|Nov|Dec) ([0-9]{4}) ([0-9]{2}):([0-9]{2}):([0-9]{2}) GMT")
+_IMF_DATE = re.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), ([0-9]{2}) (Jan|Feb|Mar|Apr|May|Jun|Jul"
+                       r"|Aug|Sep|Oct|Nov|Dec) ([0-9]{4})")
 
 
 @dataclass(slots=True)
@@ -114,26 +120,52 @@ class ScheduleFigures:
 
 def lm_epoch(text: str) -> int | None:
     """The Unix time of an IMF-fixdate that formats back to exactly `text`, else None."""
-    m = _IMF.fullmatch(text)
+    if len(text) != 29 or text[25:] != " GMT" or text[19] != ":" or text[22] != ":":
+        return None
+    day = _day_number(text[:16])
+    hms = text[17:25]
+    if day is None or not (hms[:2] + hms[3:5] + hms[6:]).isdigit():
+        return None
+    h, m, sec = int(hms[:2]), int(hms[3:5]), int(hms[6:])
+    if h > 23 or m > 59 or sec > 59:
+        return None
+    return day * 86400 + h * 3600 + m * 60 + sec
+
+
+@functools.lru_cache(maxsize=4096)
+def _day_number(date: str) -> int | None:
+    """Days since 1970 of "Tue, 01 Dec 2026" if it is written exactly as lm_text would."""
+    m = _IMF_DATE.fullmatch(date)
     if not m:
         return None
-    day, mon, year, hh, mm, ss = m.groups()
     try:
-        t = calendar.timegm((int(year), _MONTHS.index(mon) + 1, int(day), int(hh), int(mm),
-                             int(ss), 0, 0, 0))
+        t = calendar.timegm((int(m.group(3)), _MONTHS.index(m.group(2)) + 1, int(m.group(1)),
+                             0, 0, 0, 0, 0, 0))
     except (ValueError, OverflowError):
         return None
-    return t if lm_text(t) == text else None
+    day = t // 86400
+    return day if _date_text(day) == date else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _date_text(day: int) -> str:
+    """ "Tue, 01 Dec 2026" for a day number."""
+    t = time.gmtime(day * 86400)
+    return f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year}"
 
 
 def lm_text(epoch: int) -> str:
     """The IMF-fixdate of a Unix time."""
-    t = time.gmtime(epoch)
-    return (f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
-            f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT")
+    day, sec = divmod(epoch, 86400)
+    return f"{_date_text(day)} {sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d} GMT"
 
 
 # --- blocks ---
+
+
+def _url_of(visit: Visit) -> str:
+    """Sort key of records in a block."""
+    return visit.url
 
 
 def _ms(t: float) -> int:
@@ -166,7 +198,9 @@ def _split(data: bytes, n: int) -> list[str]:
 
 
 def encode_block(visits: list[Visit]) -> bytes:
-    """One block: header, compressed URLs, compressed rest, raw digests."""
+    """One block: header, compressed URLs, compressed rest, raw digests. Records are stored
+    in URL order (a site's URLs side by side compress better)."""
+    visits = sorted(visits, key=_url_of)
     n = len(visits)
     dues = [_ms(v.due) for v in visits]
     base = min(dues)
@@ -179,9 +213,7 @@ def encode_block(visits: list[Visit]) -> bytes:
         ints[2 * n + i] = fetched - _ms(v.captured_at)
         ints[3 * n + i], ints[4 * n + i] = v.status, v.depth
         ints[5 * n + i], ints[6 * n + i] = v.priority, v.tag
-        f = 0
-        if v.etag is not None:
-            f, _ = _F_ETAG, etags.append(v.etag)
+        f, epoch = 0, None
         if v.last_modified is not None:
             epoch = lm_epoch(v.last_modified)
             if epoch is None:
@@ -190,6 +222,15 @@ def encode_block(visits: list[Visit]) -> bytes:
             else:
                 f |= _F_LM_EPOCH
                 epochs.append(epoch)
+        if v.etag is not None:
+            f |= _F_ETAG
+            etag = v.etag
+            if epoch is not None and _LM_MARK not in etag:
+                stamp = f"{epoch:x}"
+                if stamp in etag:  # nginx: "mtime-size" in hex; the mtime is the LM
+                    f |= _F_ETAG_LM
+                    etag = etag.replace(stamp, _LM_MARK, 1)
+            etags.append(etag)
         flags[i] = f
     ints.extend(epochs)
     stats = b"".join(v.stats for v in visits)
@@ -198,7 +239,7 @@ def encode_block(visits: list[Visit]) -> bytes:
         _META.pack(base, len(stats), len(etag_b), len(lm_b)), flags,
         bytes(len(v.stats) for v in visits), bytes(len(v.digest) for v in visits),
         stats, etag_b, lm_b, _shuffle(ints.tobytes())))
-    urls = zlib.compress(_text([v.url for v in visits]), ZLEVEL)
+    urls = zlib.compress(_text([v.url for v in visits]), 9)
     metaz = zlib.compress(meta, ZLEVEL)
     body = b"".join((_LENS.pack(len(urls), len(metaz)), urls, metaz,
                      b"".join(v.digest for v in visits)))
@@ -233,12 +274,14 @@ def decode_block(body: bytes, n: int) -> list[Visit]:
         due = base + ints[i]
         fetched = due - ints[n + i]
         etag = lm = None
-        if f & _F_ETAG:
-            etag, ei = etags[ei], ei + 1
         if f & _F_LM_EPOCH:
             lm, pi = lm_text(ints[pi]), pi + 1
+            if f & _F_ETAG_LM:
+                etags[ei] = etags[ei].replace(_LM_MARK, f"{ints[pi - 1]:x}", 1)
         elif f & _F_LM_TEXT:
             lm, ti = lm_texts[ti], ti + 1
+        if f & _F_ETAG:
+            etag, ei = etags[ei], ei + 1
         out.append(Visit(urls[i], due / 1000, fetched / 1000, etag, lm,
                          bytes(digests[di:di + dlens[i]]), (fetched - ints[2 * n + i]) / 1000,
                          ints[3 * n + i], ints[4 * n + i], ints[5 * n + i], ints[6 * n + i],
@@ -252,15 +295,39 @@ def decode_block(body: bytes, n: int) -> list[Visit]:
 
 
 class _Bucket:
-    """A bucket file's flushed size, its records (stale ones included) and pending puts."""
+    """A bucket's files (compacted ones, then the one appended to) and its pending puts."""
 
-    __slots__ = ("count", "path", "pending", "size")
+    __slots__ = ("blocks", "closed", "count", "path", "pending", "seq", "size", "stem")
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.size = 0
-        self.count = 0
+    def __init__(self, directory: Path, stem: str, seq: int | None) -> None:
+        self.stem, self.seq = stem, seq  # seq None: a single file (fine buckets)
+        self.closed: list[tuple[Path, int, int]] = []  # compacted files: (path, bytes, records)
+        self.path = directory / (f"{stem}.blk" if seq is None else f"{stem}.{seq}.blk")
+        self.size = self.count = self.blocks = 0  # of the file appended to
         self.pending: list[Visit] = []
+
+    def files(self) -> list[tuple[Path, int]]:
+        """Every file with its bytes in use, oldest first."""
+        return [(p, size) for p, size, _ in self.closed] + [(self.path, self.size)]
+
+    def records(self) -> int:
+        """Records written (stale ones included) and pending."""
+        return sum(c for *_, c in self.closed) + self.count + len(self.pending)
+
+
+def _blocks(files: list[tuple[Path, int]]) -> Iterator[tuple[int, bytes]]:
+    """(records, body) of every block of these files, in order."""
+    for path, size in files:
+        if not size:
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            off = 0
+            while off < size:
+                n, body, off = _read_block(fd, off, path)
+                yield n, body
+        finally:
+            os.close(fd)
 
 
 def _read_block(fd: int, off: int, path: Path) -> tuple[int, bytes, int]:
@@ -323,8 +390,8 @@ class Schedule:
         # url -> (value, position) of popped records not yet put again, oldest first
         self._inflight: dict[str, tuple[int, Position]] = {}
         self._unsynced: set[Path] = set()
-        self._spread_unsynced: list[int] = []  # far buckets spread since the last sync
-        self._spread_synced: list[int] = []  # ... and whose fine copies are durable
+        self._spread_unsynced: list[list[Path]] = []  # files of far buckets spread since the
+        self._spread_synced: list[list[Path]] = []  # last sync / whose copies are durable
         r, off, idx = saved or (min(self._order, default=0), 0, 0)
         self._r, self._off, self._skip = r, off, idx
         self._block: list[Visit] = []
@@ -333,48 +400,63 @@ class Schedule:
 
     # --- opening ---
 
-    def _load_wheel(self, granularity: float) -> dict[str, object]:
+    def _load_wheel(self, granularity: float) -> dict[str, Any]:
         """The wheel state (a new one when there is none); its granularity wins."""
         try:
-            wheel = json.loads(self._wheel.read_text())
+            wheel: dict[str, Any] = json.loads(self._wheel.read_text())
         except FileNotFoundError:
             wheel = {"granularity_ms": max(1, _ms(granularity)), "near": -(1 << 40)}
             self._write_wheel(wheel)
             return wheel
         except (OSError, ValueError) as exc:
             raise StateError(f"{self._wheel}: unreadable ({exc}); use --scratch") from None
+        if not isinstance(wheel, dict) or not {"granularity_ms", "near"} <= wheel.keys():
+            raise StateError(f"{self._wheel}: not a schedule's wheel file; use --scratch")
         if wheel["granularity_ms"] != max(1, _ms(granularity)):
             log.info("%s: kept the saved granularity (%s ms)", self._wheel,
                      wheel["granularity_ms"])
         return wheel
 
-    def _write_wheel(self, wheel: dict[str, object]) -> None:
+    def _write_wheel(self, wheel: dict[str, Any]) -> None:
         """Replace the wheel file (kill-safe: a rename)."""
         tmp = self.dir / "wheel.tmp"
         tmp.write_text(json.dumps(wheel))
         os.replace(tmp, self._wheel)
 
-    def _open_files(self, wheel: dict[str, object]) -> None:
+    def _open_files(self, wheel: dict[str, Any]) -> None:
         """Find the bucket files, cut torn tails, undo a spreading cut short."""
         spreading = wheel.get("spreading")
-        sizes = {int(b): s for b, s in wheel.get("sizes", {}).items()}  # type: ignore[attr-defined]
+        sizes = {int(b): s for b, s in wheel.get("sizes", {}).items()}
+        far: dict[int, list[tuple[int, Path]]] = {}
         for entry in os.scandir(self.dir):
+            if entry.name.endswith(".tmp"):  # a compaction cut short: the original is whole
+                os.unlink(entry.path)
+                continue
             m = _FILE.fullmatch(entry.name)
             if not m:
                 continue
-            kind, num = m.group(1), int(m.group(2))
-            path = Path(entry.path)
-            if kind == "n" and spreading is not None and num // FAN == spreading:
+            num, path = int(m.group(2)), Path(entry.path)
+            if m.group(1) == "f":
+                if num <= self._near:  # spread out before a kill: done
+                    path.unlink()
+                else:
+                    far.setdefault(num, []).append((int(m.group(3) or 0), path))
+                continue
+            if spreading is not None and num // FAN == spreading:
                 if num not in sizes:  # made by the cut spreading: it is done again
                     path.unlink()
                     continue
                 os.truncate(path, sizes[num])
-            if kind == "f" and num <= self._near:  # spread out before a kill: done
-                path.unlink()
-                continue
-            bucket = _Bucket(path)
+            bucket = self._fine[num] = _Bucket(self.dir, f"n{num}", None)
             bucket.count, bucket.size = _scan(path)
-            (self._fine if kind == "n" else self._far)[num] = bucket
+        for k, parts in far.items():
+            parts.sort()
+            bucket = self._far[k] = _Bucket(self.dir, f"f{k}", parts[-1][0])
+            for _, path in parts[:-1]:
+                count, size = _scan(path)
+                bucket.closed.append((path, size, count))
+            bucket.count, bucket.size = _scan(parts[-1][1])
+            bucket.blocks = bucket.count  # unknown: taken as small, compacted when full
         if spreading is not None:
             log.info("%s: spreading far bucket %s was cut short: done again", self.dir,
                      spreading)
@@ -436,30 +518,29 @@ class Schedule:
         if k <= self._near:
             bucket = self._fine.get(b)
             if bucket is None:
-                bucket = self._fine[b] = _Bucket(self.dir / f"n{b}.blk")
+                bucket = self._fine[b] = _Bucket(self.dir, f"n{b}", None)
                 bisect.insort(self._order, b)
             return bucket
         bucket = self._far.get(k)
         if bucket is None:
-            bucket = self._far[k] = _Bucket(self.dir / f"f{k}.blk")
+            bucket = self._far[k] = _Bucket(self.dir, f"f{k}", 0)
         return bucket
 
     def flush(self) -> None:
-        """Write every pending record, then index them: from here a kill -9 keeps them."""
+        """Write every pending record, then index it: from here a kill -9 keeps them."""
         for bucket in [*self._fine.values(), *self._far.values()]:
             if bucket.pending:
                 self._write(bucket)
-        for url, (key, new, old) in self._updates.items():
-            self.index.put(key, new, old)
-            self._inflight.pop(url, None)
-        self._updates.clear()
+        assert not self._updates, "a pending put without its record"
         self._pending = self._pending_new = 0
 
     def _write(self, bucket: _Bucket) -> None:
-        """Append a bucket's pending records as blocks (one write)."""
+        """Append a bucket's pending records as blocks (one write), then index the puts
+        among them (a kill in between leaves the pages' previous records current)."""
         recs = bucket.pending
-        data = b"".join(encode_block(recs[i:i + BLOCK_RECORDS])
-                        for i in range(0, len(recs), BLOCK_RECORDS))
+        blocks = [encode_block(recs[i:i + BLOCK_RECORDS])
+                  for i in range(0, len(recs), BLOCK_RECORDS)]
+        data = b"".join(blocks)
         fd = os.open(bucket.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             _write_all(fd, data, bucket.size)
@@ -467,8 +548,43 @@ class Schedule:
             os.close(fd)
         bucket.size += len(data)
         bucket.count += len(recs)
+        bucket.blocks += len(blocks)
         bucket.pending = []
         self._unsynced.add(bucket.path)
+        for v in recs:
+            update = self._updates.get(v.url)
+            if update is not None and update[1] == _ms(v.due) // self._g % MOD:
+                key, new, old = self._updates.pop(v.url)
+                self.index.put(key, new, old)
+                self._inflight.pop(v.url, None)
+                self._pending -= 1
+                self._pending_new -= int(old is None)
+        if bucket.seq is not None and bucket.count >= COMPACT_RECORDS:
+            self._close_file(bucket)
+
+    def _close_file(self, bucket: _Bucket) -> None:
+        """Close a far bucket's full file (rewritten in whole blocks if its are small) and
+        start the next one. The rewrite replaces the file by a rename: a kill leaves either."""
+        path, size, count = bucket.path, bucket.size, bucket.count
+        if bucket.blocks * BLOCK_RECORDS > 2 * count:  # blocks under half full on average
+            keep = [v for n, body in _blocks([(path, size)]) for v in decode_block(body, n)
+                    if self.index.has(url_key(v.url), _ms(v.due) // self._g % MOD)]
+            data = b"".join(encode_block(keep[i:i + BLOCK_RECORDS])
+                            for i in range(0, len(keep), BLOCK_RECORDS))
+            tmp = path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                _write_all(fd, data, 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            size, count = len(data), len(keep)
+        bucket.closed.append((path, size, count))
+        assert bucket.seq is not None
+        bucket.seq += 1
+        bucket.path = self.dir / f"{bucket.stem}.{bucket.seq}.blk"
+        bucket.size = bucket.count = bucket.blocks = 0
 
     # --- spreading a far bucket over its fine buckets ---
 
@@ -484,38 +600,36 @@ class Schedule:
 
     def _spread(self, k: int) -> None:
         """Move far bucket k's current records into its fine buckets."""
-        self.flush()  # its file is whole, and no put is pending anywhere
         far = self._far.pop(k)
+        if far.pending:  # written (and indexed) first: the fine files get only moved records,
+            self._write(far)  # which a spreading cut short can cut off and move again
         fine = range(k * FAN, (k + 1) * FAN)
         sizes = {b: self._fine[b].size for b in fine if b in self._fine}
         self._write_wheel({"granularity_ms": self._g, "near": self._near, "spreading": k,
                            "sizes": sizes})
         self._near = k  # records of k now belong to fine buckets
-        if far.size:
-            fd = os.open(far.path, os.O_RDONLY)
-            try:
-                off = 0
-                while off < far.size:
-                    n, body, off = _read_block(fd, off, far.path)
-                    for v in decode_block(body, n):
-                        b = _ms(v.due) // self._g
-                        if not self.index.has(url_key(v.url), b % MOD):
-                            continue  # a stale copy: dropped here
-                        if b < self._r:  # (the reader went past it: a put, re-indexed)
-                            self._put(v, b % MOD)
-                            continue
-                        bucket = self._bucket(b)
-                        bucket.pending.append(v)
-                        if len(bucket.pending) >= BLOCK_RECORDS:
-                            self._write(bucket)
-            finally:
-                os.close(fd)
+        for n, body in _blocks(far.files()):
+            for v in decode_block(body, n):
+                b = _ms(v.due) // self._g
+                if not self.index.has(url_key(v.url), b % MOD):
+                    continue  # a stale copy: dropped here
+                if b < self._r:  # (the reader went past it: a put, re-indexed)
+                    self._put(v, b % MOD)
+                    continue
+                self._move(v, b)
         for b in fine:
             bucket = self._fine.get(b)
             if bucket is not None and bucket.pending:
                 self._write(bucket)
         self._write_wheel({"granularity_ms": self._g, "near": self._near})
-        self._spread_unsynced.append(k)
+        self._spread_unsynced.append([p for p, _ in far.files()])
+
+    def _move(self, visit: Visit, b: int) -> None:
+        """Queue a record in fine bucket b, writing the bucket's blocks as they fill."""
+        bucket = self._bucket(b)
+        bucket.pending.append(visit)
+        if len(bucket.pending) >= BLOCK_RECORDS:
+            self._write(bucket)
 
     # --- popping ---
 
@@ -531,8 +645,14 @@ class Schedule:
             visit, pos = found
             b = _ms(visit.due) // self._g
             url = visit.url
-            if url in self._updates or url in self._inflight:
-                continue  # put again since (pending), or a copy already popped
+            if url in self._inflight:
+                continue  # a copy already popped
+            update = self._updates.get(url)
+            if update is not None:  # put again since, not written yet: written now, so
+                bucket = self._bucket_of(update[1])  # that a kill cannot lose both
+                if bucket is not None and bucket.pending:
+                    self._write(bucket)
+                continue
             if not self.index.has(url_key(url), b % MOD):
                 continue  # stale: the page was put again since
             self._inflight[url] = (b % MOD, pos)
@@ -554,7 +674,7 @@ class Schedule:
                 self._load(bucket)
                 continue
             if bucket is not None and bucket.pending:
-                self.flush()
+                self._write(bucket)
                 continue
             i = bisect.bisect_right(self._order, self._r)
             nxt = self._order[i] if i < len(self._order) else None
@@ -617,18 +737,10 @@ class Schedule:
                 found = v
         if found is not None:
             return found
-        fd = os.open(bucket.path, os.O_RDONLY)
-        try:
-            off = 0
-            while off < bucket.size:
-                n, body, nxt = _read_block(fd, off, bucket.path)
-                urls = block_urls(body, n)
-                if url in urls:
-                    i = len(urls) - 1 - urls[::-1].index(url)
-                    found = decode_block(body, n)[i]
-                off = nxt
-        finally:
-            os.close(fd)
+        for n, body in _blocks(bucket.files()):
+            urls = block_urls(body, n)
+            if url in urls:
+                found = decode_block(body, n)[len(urls) - 1 - urls[::-1].index(url)]
         return found
 
     def get(self, url: str) -> Visit | None:
@@ -656,8 +768,7 @@ class Schedule:
         for b, bucket in self._fine.items():
             if b < self._r or b * self._g > now_ms:
                 continue
-            waiting = bucket.count + len(bucket.pending) - (self._consumed if b == self._r
-                                                             else 0)
+            waiting = bucket.records() - (self._consumed if b == self._r else 0)
             if waiting <= 0:
                 continue
             due += waiting
@@ -666,8 +777,8 @@ class Schedule:
             oldest = b if oldest is None else min(oldest, b)
         for k, bucket in self._far.items():
             b = k * FAN
-            if b * self._g <= now_ms and (bucket.count or bucket.pending):
-                due += bucket.count + len(bucket.pending)
+            if b * self._g <= now_ms and bucket.records():
+                due += bucket.records()
                 oldest = b if oldest is None else min(oldest, b)
         late = max(0.0, (now_ms - oldest * self._g) / 1000) if oldest is not None else 0.0
         return ScheduleFigures(len(self), due, overdue, late)
@@ -675,7 +786,9 @@ class Schedule:
     # --- checkpoint ---
 
     def position(self) -> Position:
-        """Where a restart reads from: the oldest popped record not put again, else the reader."""
+        """Where a restart reads from: the oldest popped record not put again, else the reader.
+        Pending puts are written first, so the pages they put again no longer hold it back."""
+        self.flush()
         for _, pos in self._inflight.values():
             return pos
         if self._bi < len(self._block):
@@ -704,8 +817,9 @@ class Schedule:
         while self._order and self._order[0] < r:
             b = self._order.pop(0)
             self._fine.pop(b).path.unlink(missing_ok=True)
-        for k in self._spread_synced:  # their records have durable fine copies
-            (self.dir / f"f{k}.blk").unlink(missing_ok=True)
+        for paths in self._spread_synced:  # their records have durable fine copies
+            for path in paths:
+                path.unlink(missing_ok=True)
         self._spread_synced = []
 
     def close(self) -> None:
