@@ -142,10 +142,8 @@ class Crawler:
         from larbinpy.frontier.schedule import GRANULARITY, Schedule
         from larbinpy.stages.revisits import Revisits
 
-        saved = self.saved.schedule
         # a page is popped at most a granularity late: a small share of recrawlMin
-        schedule = Schedule(self.state.schedule_dir,
-                            tuple(saved) if isinstance(saved, list) else None,  # type: ignore[arg-type]
+        schedule = Schedule(self.state.schedule_dir, _schedule_position(self.saved.schedule),
                             granularity=min(GRANULARITY, max(0.01, self.cfg.recrawl_min / 16)))
         revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed)
         self.reader.revisits = revisits
@@ -163,6 +161,8 @@ class Crawler:
             cfg.state_dir,
             {"hashSize": cfg.hash_size, "hashFunctions": cfg.hash_functions},
             scratch or not local,
+            # a cluster node keeps its recrawl schedule: it owns those pages' sites
+            keep=() if scratch else ("schedule",),
         )
         # a cluster's seen-set is in Redis; the local bitmap is only its cache (cluster/)
         self.seen = open_seen_set(self.state.bitmap_path("seen"), cfg.hash_size,
@@ -551,6 +551,14 @@ def _keep_saved_hash_size(cfg: Config) -> None:
         log.info("stateDir %s was made with hashSize %d: kept (larbin.conf sets none)",
                  cfg.state_dir, saved)
         cfg.hash_size = saved
+
+
+def _schedule_position(saved: object) -> tuple[int, int, int] | None:
+    """The schedule's position as the checkpoint's JSON gives it back (a list of three
+    integers); None when there is none (a new schedule, or one read from its start)."""
+    if isinstance(saved, list) and len(saved) == 3 and all(isinstance(x, int) for x in saved):
+        return saved[0], saved[1], saved[2]
+    return None
 
 
 def set_aside_outputs(cfg: Config) -> Path | None:

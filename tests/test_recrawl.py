@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import until
+from conftest import free_port, until
+from prometheus_client.parser import text_string_to_metric_families
 from revisitweb import ChangingPage, RevisitWeb
 
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
 from larbinpy.daemon.status import snapshot
+from larbinpy.daemon.statuspage import metrics_text, render_html
 from larbinpy.demo import DnsServer, Site
 from larbinpy.stages import revisits as revisits_stage
 
@@ -115,7 +117,18 @@ async def test_a_page_is_fetched_again_answered_304_then_changed_with_validators
         await until(lambda: sum(s.status == 304 and s.version == 1
                                 for s in w.web.answers(host, "/a.html")) >= 1,
                     "a 304 for the changed page's new ETag")
-        status = snapshot(crawler)["recrawl"]
+        snap = snapshot(crawler)
+        status = snap["recrawl"]
+        page_html = render_html(snap)
+        metrics = {m.name: m for m in text_string_to_metric_families(
+            metrics_text(snap)[0].decode())}
+    assert "pages scheduled / due now / overdue" in page_html
+    assert "estimated freshness of the copy" in page_html
+    assert {"larbinpy_recrawl_pages", "larbinpy_recrawl_max_lateness_seconds",
+            "larbinpy_recrawl_revisits", "larbinpy_recrawl_not_modified_share",
+            "larbinpy_recrawl_freshness"} <= set(metrics)
+    revisits = {s.labels["kind"]: s.value for s in metrics["larbinpy_recrawl_revisits"].samples}
+    assert revisits["notModified"] == status["revisits"]["notModified"]
     answers = w.web.answers(host, "/a.html")
     assert answers[0].if_none_match is None and answers[0].status == 200  # a first visit
     for i, after in enumerate(answers[1:], start=1):
@@ -185,28 +198,35 @@ async def test_an_etag_that_changes_on_every_answer_is_dropped_for_its_site(lab)
 
 async def test_a_304_that_hides_a_change_is_caught_and_the_site_loses_its_validators(
         lab, monkeypatch):
+    # recrawlMin 0.2 s makes every page look fast-changing to the estimator: the risk bound
+    # is raised so that audits count within the test's seconds (the rule is the same)
     monkeypatch.setattr(revisits_stage, "AUDIT_EVERY", 3)
+    monkeypatch.setattr(revisits_stage, "AUDIT_RISK", 0.9)
     w = await lab("false-304")
     host = "false-304.revisit.test"
     page = w.web.changing[host]["/a.html"]
-    async with w.crawling(start_urls(w, "false-304")):
-        await until(lambda: sum(a.status == 304 for a in w.web.answers(host, "/a.html")) >= 1,
-                    "a first 304")
-        page.change()  # the server goes on answering 304 to conditional requests
-        await until(lambda: any(a.status == 200 and a.version == 1
-                                for a in w.web.answers(host, "/a.html")),
-                    "the change found by an unconditional check")
-        found = len(w.web.answers(host, "/a.html"))
-        await until(lambda: len(w.web.answers(host, "/a.html")) >= found + 2, "two more")
-    answers = w.web.answers(host, "/a.html")
-    first_200 = next(i for i, a in enumerate(answers) if a.status == 200 and a.version == 1)
-    assert answers[first_200].if_none_match is None  # the check went without validators
-    assert answers[first_200].if_modified_since is None
+
+    def answers() -> list:
+        return w.web.answers(host, "/a.html")
+
+    async with w.crawling(start_urls(w, "false-304")) as crawler:
+        await until(lambda: sum(a.status == 304 for a in answers()) >= 1, "a first 304")
+        for version in range(1, revisits_stage.AUDIT_STRIKES + 1):
+            page.change()  # the server goes on answering 304 to conditional requests
+            await until(lambda v=version: any(a.status == 200 and a.version == v
+                                              for a in answers()),
+                        f"change {version} found by an unconditional check")
+        found = len(answers())
+        await until(lambda: len(answers()) >= found + 3, "three more fetches")
+        state = crawler.revisits.site_state(crawler.sites.by_key[w.url(host, "/")[:-1]])
+    assert state.validators_trusted is False and state.false_304s == 2
+    for version in (1, 2):  # each change was found by a check without validators
+        first = next(a for a in answers() if a.status == 200 and a.version == version)
+        assert first.if_none_match is None and first.if_modified_since is None
     # from then on the site gets no validators: its 304s proved false
-    assert all(a.if_modified_since is None and a.status == 200
-               for a in answers[first_200 + 1:])
+    assert all(a.if_modified_since is None and a.status == 200 for a in answers()[found:])
     kinds = [x["kind"] for x in w.log_lines() if x["url"] == w.url(host, "/a.html")]
-    assert "success" in kinds[1:] and kinds[-1] == "unchanged"
+    assert kinds.count("success") == 3 and kinds[-1] == "unchanged"
 
 
 async def test_last_modified_of_one_second_resolution_never_hides_a_change(lab):
@@ -350,3 +370,104 @@ async def test_schedules_resume_after_kill_9_and_sigterm_keeps_them(lab):
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+def sitemap(lab: Lab, host: str, lastmod: float) -> str:
+    """A urlset listing /a.html with a lastmod."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(lastmod))
+    return ('<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+            f"<url><loc>{lab.url(host, '/a.html')}</loc><lastmod>{stamp}</lastmod></url>"
+            "</urlset>")
+
+
+async def test_a_sitemap_lastmod_makes_a_page_due_until_it_proves_false(lab):
+    from larbinpy.demo import Page
+
+    w = await lab("honest", more=3)
+    host = "honest.revisit.test"
+    site = w.web.sites[host]
+    site.pages["/robots.txt"] = Page(f"Sitemap: {w.url(host, '/sitemap.xml')}\n",
+                                     content_type="text/plain")
+    site.pages["/sitemap.xml"] = Page(sitemap(w, host, time.time() - 7200),
+                                      content_type="application/xml")
+    page = w.web.changing[host]["/a.html"]
+
+    def a_fetches() -> int:
+        return len(w.web.answers(host, "/a.html"))
+
+    def sitemap_reads() -> int:
+        return sum(x.path == "/sitemap.xml" for x in w.web.hits)
+
+    # revisits far off: only a lastmod makes /a.html due within the test; robots.txt (and so
+    # the sitemap) is read again each time the site has work after robotsTtl
+    slow = "recrawlMin 30\nrecrawlMax 60\nrobotsTtl 0.2\ndepthInSite 0\n"
+    async with w.crawling(f"startUrl {w.url(host, '/a.html')}\n" + slow) as crawler:
+        await until(lambda: a_fetches() == 1 and sitemap_reads() == 1, "the first pass")
+        for n, (changes, expect) in enumerate([(True, 200), (False, 304)]):
+            if changes:
+                page.change()
+            site.pages["/sitemap.xml"] = Page(sitemap(w, host, time.time() + 2),
+                                              content_type="application/xml")
+            await asyncio.sleep(0.25)  # robotsTtl runs out (a condition on the clock)
+            crawler.input.submit([w.url(host, f"/p{n}.html")])  # work for the site
+            await until(lambda n=n: a_fetches() == n + 2, f"lastmod {n + 1} acted on")
+            assert w.web.answers(host, "/a.html")[-1].status == expect
+        # the second lastmod was false (a 304): the site's lastmods are not trusted any more
+        page.change()
+        site.pages["/sitemap.xml"] = Page(sitemap(w, host, time.time() + 2),
+                                          content_type="application/xml")
+        def sitemap_lines() -> int:
+            return sum(x["url"].endswith("/sitemap.xml") for x in w.log_lines())
+
+        before = sitemap_lines()
+        await asyncio.sleep(0.25)
+        crawler.input.submit([w.url(host, "/p2.html")])
+        # its line is written after its lastmods were checked
+        await until(lambda: sitemap_lines() > before, "the sitemap read again")
+        assert w.url(host, "/a.html") not in crawler.revisits.claims
+        site_record = crawler.sites.by_key[w.url(host, "/")[:-1]]
+        assert crawler.revisits.site_state(site_record).lastmod_trusted is False
+    assert a_fetches() == 3
+
+
+async def test_submit_force_makes_a_known_page_due_now(lab):
+    w = await lab("honest")
+    host = "honest.revisit.test"
+    url = w.url(host, "/a.html")
+    http = free_port()
+    async with w.crawling(start_urls(w, "honest") + f"recrawlMin 30\nrecrawlMax 60\n"
+                          f"inputPort {http}\n") as crawler:
+        await until(lambda: len(w.web.answers(host, "/a.html")) == 1, "the first pass")
+        await until(lambda: crawler.revisits.schedule.get(url) is not None, "scheduled")
+        await until(lambda: crawler.crawl_log.pending is False, "its line written")
+        run = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "larbinpy", "submit", "--port", str(http), "--force", url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(run.communicate(), 30)
+        assert run.returncode == 0, (out, err)
+        await until(lambda: len(w.web.answers(host, "/a.html")) == 2, "fetched again at once")
+        # a revisit (validators sent), not a second first visit
+        assert w.web.answers(host, "/a.html")[1].if_none_match is not None
+        kinds = [x["kind"] for x in w.log_lines() if x["url"] == url]
+        assert kinds == ["success", "notModified"]
+
+
+async def test_never_fetched_urls_go_before_due_revisits(lab):
+    w = await lab("honest", more=12)
+    host = "honest.revisit.test"
+    new = [w.url(host, f"/p{i}.html") for i in range(12)]
+    # the seed alone first (depth 0: its links are not followed)
+    async with w.crawling(f"startUrl {w.url(host, '/a.html')}\nwaitDuration 0.05\n"
+                          "depthInSite 0\n") as crawler:
+        await until(lambda: len(w.web.answers(host, "/a.html")) >= 3, "revisits going on")
+        submitted = time.time()
+        assert crawler.input.submit(new).accepted == 12
+        await until(lambda: all(any(w.url(host, s.path) == u for s in w.web.served)
+                                for u in new), "the new URLs fetched")
+        last_new = max(s.at for s in w.web.served if w.url(host, s.path) in new)
+    revisits = [s for s in w.web.answers(host, "/a.html") if submitted < s.at < last_new]
+    # the 12 new URLs took over 0.55 s (waitDuration apart), over two revisit intervals: at
+    # most the revisit already queued when they came went before them
+    assert last_new - submitted >= 0.55 and len(revisits) <= 1, revisits
+    gaps = [b.at - a.at for a, b in zip(w.web.served, w.web.served[1:], strict=False)]
+    assert min(gaps) >= 0.05 - 0.005  # waitDuration holds between revisits and new URLs

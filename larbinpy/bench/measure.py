@@ -19,8 +19,8 @@ the crawler itself adds on top of fetching. The crawl runs first because peak RS
 Other modes: `--nodes` (clusters of processes, `cluster.py`) and `--micro`, `--frontier`,
 `--hashset` (one structure alone, `micro.py`), `--seen` (the seen-set alone, `seen_bench`),
 `--shared-ip` (thousands of hosts on one IP: does the crawl keep its pace, `shared_ip_bench`),
-`--schedule` (the recrawl schedule alone on a simulated clock, `schedbench.py`),
-`--recrawl` (how fresh the daemon keeps a copy of a changing web, `recrawl.py`).
+`--recrawl` (how fresh the daemon keeps a copy of a changing web, `recrawl.py`),
+`--schedule` (the recrawl schedule alone on a simulated clock, `schedbench.py`).
 """
 
 from __future__ import annotations

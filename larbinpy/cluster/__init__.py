@@ -1,7 +1,8 @@
 """Scale-out on Redis: several larbinpy nodes, one crawl (`cluster redis://host:port/db`).
 
 Without `cluster` none of this is imported (nor the `redis` client it needs). With it, the
-crawler (`crawler.py`) builds the stages on this node's seams instead of the embedded ones:
+crawler (`crawler.py`) builds the stages on this node's seams instead of the embedded ones
+(`Cluster` is a `node.Node`, as `node.Embedded` is):
 
 * input's `Admission` (`stages/input.py`): `redis_seen.Admission` -- URLs the local cache has
   not seen make one round trip (SETBIT test-and-set in Redis bitmaps, then own new URLs to the
@@ -21,7 +22,8 @@ crawler (`crawler.py`) builds the stages on this node's seams instead of the emb
 
 Building order: the seams exist before the stages (a `Cluster` is made from the seen-set, the
 FIFO and the counters), and the cluster calls back into stages built on them (the site table,
-the sequencer, the parser, the crawl's idle check): those come once, through `bind`.
+the sequencer, the parser, the crawl's idle check): those come once, through `bind`
+(`node.CrawlHooks`).
 
 Background tasks on the crawler's loop: the heartbeat (`membership.py`: live set, reaping,
 recovery of lost nodes, figures for the status page), the inbound stream reader, the outbox,

@@ -1,8 +1,11 @@
 """The table of sites and IP slots that the sequencer, DNS and opener stages share.
 
 It holds the records, each site's queue and the counters that "is the crawl done?" reads;
-each stage decides what happens to a site. Jobs enter a site's queue here (`enqueue`) and
-leave it here (`take`, `drop`), so `queued` is always exact.
+each stage decides what happens to a site, and asks the table to do it: the table is the only
+writer of a `Site` or `IpSlot` (tests/test_layout.py checks it), each change one method that
+keeps its invariant (politeness clocks only move later, a site is once on the ready queue and
+once in its IP's FIFO with at most one timer, a dead site's queue is dropped...). Jobs enter a
+site's queue here (`enqueue`) and leave it here (`take`, `drop`), so `queued` is always exact.
 
 Memory is bounded whatever the crawl's size: the sites with work share `MEMORY_JOBS` jobs
 in memory, each a window of at most `SITE_WINDOW` and at least `MIN_WINDOW` (`window`); the

@@ -105,12 +105,15 @@ def saved_meta(path: str) -> dict[str, object]:
 class StateDir:
     """The files of one crawl's state."""
 
-    def __init__(self, path: str, meta: dict[str, object], scratch: bool) -> None:
+    def __init__(self, path: str, meta: dict[str, object], scratch: bool,
+                 keep: tuple[str, ...] = ()) -> None:
+        """`scratch`: forget what is saved, but the folders named in `keep` (a cluster node's
+        recrawl schedule outlives its local queues)."""
         self.root = Path(path)
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock_fd = self._lock()
         if scratch:
-            self._wipe()
+            self._wipe(keep)
         self._check_meta(meta)
         self.frontier_dir = self.root / "frontier"
         self.spill_dir = self.root / "spill"
@@ -143,10 +146,10 @@ class StateDir:
         """The done-record: URLs finished since the last checkpoint (crawllog.CrawlLog)."""
         return self.root / "done"
 
-    def _wipe(self) -> None:
-        """--scratch: forget everything saved."""
+    def _wipe(self, keep: tuple[str, ...] = ()) -> None:
+        """--scratch: forget everything saved (but the folders in `keep`)."""
         for p in self.root.iterdir():
-            if p.name in ("frontier", "spill", "schedule") and p.is_dir():
+            if p.name in ("frontier", "spill", "schedule") and p.is_dir() and p.name not in keep:
                 shutil.rmtree(p)
             elif p.name in ("meta.json", "done", "done.tmp") or p.name.startswith(
                     ("journal.", "checkpoint", "robots.")) or p.suffix == ".bitmap":

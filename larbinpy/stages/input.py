@@ -197,21 +197,25 @@ class Input:
             self.stats.count(Outcome.tooDeep)
             return
         prio = self.cfg.sitemap_priority
+        # recrawl: a sitemap is read again each time robots.txt (or its index) is, seen or not
         self._add_listed(base, urls,
-                         lambda u: Job(u, nesting, prio, 0, 0, JobKind.SITEMAP, via=base))
+                         lambda u: Job(u, nesting, prio, 0, 0, JobKind.SITEMAP, via=base),
+                         again=self.cfg.recrawl)
 
     def add_sitemap_urls(self, base: str, urls: Iterable[str]) -> None:
         """Page URLs a sitemap lists: entry points with the full `depthInSite`."""
         depth, prio = self.cfg.depth_in_site, self.cfg.sitemap_priority
         self._add_listed(base, urls, lambda u: Job(u, depth, prio, via=base))
 
-    def _add_listed(self, base: str, urls: Iterable[str], make: Callable[[str], Job]) -> None:
-        """URLs listed by robots.txt or a sitemap at `base`: resolved, scoped, de-duplicated."""
+    def _add_listed(self, base: str, urls: Iterable[str], make: Callable[[str], Job],
+                    again: bool = False) -> None:
+        """URLs listed by robots.txt or a sitemap at `base`: resolved, scoped, de-duplicated
+        (`again`: queued even when seen before)."""
         resolved = dict.fromkeys(
             u for u in (self.normalizer.resolve(base, raw.strip()) for raw in urls) if u)
         if not resolved:
             return
-        fresh = self.seen.missing(list(resolved))
+        fresh = list(resolved) if again else self.seen.missing(list(resolved))
         self.stats.count(Outcome.urlDup, len(resolved) - len(fresh))
         here = site_key(base)
         jobs: list[Job] = []
@@ -223,7 +227,7 @@ class Input:
                 self.stats.count(reason)
                 continue
             jobs.append(make(url))
-        self._queue(jobs)
+        self._queue(jobs, again)
 
     def restore(self, jobs: list[Job]) -> None:
         """Jobs saved by a checkpoint: back on the FIFOs, already in the seen-set."""

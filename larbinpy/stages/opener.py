@@ -9,7 +9,8 @@ the last fetch). A site whose own clock is the later one waits on its own timer
 (`loop.call_at`); a site its IP holds back (no free place, or its clock not yet due) waits in
 the IP's FIFO, and the IP wakes only as many of them as it has places, from one timer of its
 own: a fetch costs the same whether one site or tens of thousands share its IP. Nothing polls,
-and no worker holds a slot while a site waits.
+and no worker holds a slot while a site waits. The opener makes these decisions; every count,
+clock, timer and FIFO it changes is changed by the site table (`Sites`), their one owner.
 
 The fetches themselves are seams the opener is given (`PageFetch`, `RobotsFetch`): the
 reader's and the robots stage's `fetch` in the embedded crawl; in a cluster, the same wrapped

@@ -200,8 +200,8 @@ class Reader:
         status = ex.status = resp.status
         ex.ctype = resp.content_type
         answer = ex.answer
-        if answer is not None:
-            self.revisits.answered(answer, resp)  # type: ignore[union-attr]
+        if answer is not None and self.revisits is not None:  # recrawl on
+            self.revisits.answered(answer, resp)
             if status == 304 and answer.conditional:
                 return await self._revisited(site, job, resp, ex, Outcome.notModified)
         if status not in BACK_OFF_STATUSES:
@@ -226,7 +226,8 @@ class Reader:
             page = await self._page(site, job, resp, ex, SITEMAP_MAX_BYTES, truncate=True)
             if self.keep_raw:  # archived like robots.txt, not as a page of the crawl
                 self.parser.pass_on(self.outputs.record_robots, page)
-            return take_sitemap(job, page.body, self.input, self.stats)
+            return take_sitemap(job, page.body, self.input, self.stats,
+                                None if self.revisits is None else self.revisits.lastmod)
         if not self._wanted_type(resp.content_type, job.url):
             return Outcome.badType
         page = await self._page(site, job, resp, ex)

@@ -20,9 +20,11 @@ until it proves false (`SiteRecrawl`), and the payload digest decides whenever a
   again, and its Last-Modified no longer feeds the estimator;
 - a Last-Modified less than a second before the answer's Date is weak (RFC 9110 8.8.2.2: the
   page may change again within that second): not kept as a validator;
-- a 304 that hid a change: every AUDIT_EVERY-th 304 of a site is checked by fetching the page
-  again at once without validators; a body whose digest differs proves the 304 false, and
-  the site gets no validators from then on.
+- a 304 that hid a change: after AUDIT_EVERY 304s of a site, the next 304 of a page unlikely
+  to change within the check's delay (its estimated rate says so, AUDIT_RISK) is checked by
+  fetching the page again at once without validators; a body whose digest differs, when a
+  change that soon was unlikely, is a strike, and after AUDIT_STRIKES the site gets no
+  validators from then on (a page that changes often cannot tell a lie from a change).
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from email.utils import parsedate_to_datetime
@@ -51,9 +54,12 @@ log = logging.getLogger("larbinpy.recrawl")
 PENDING_MAX = 10_000  # visits popped and waiting for their site, at most
 PER_SITE_MAX = 64  # ... of one site; more of its due visits are put back a little later
 POP_EVERY = 0.5  # seconds between two looks for due visits (at most; less with recrawlMin)
-AUDIT_EVERY = 8  # a site's every 8th 304 is checked by an unconditional fetch
+AUDIT_EVERY = 8  # after 8 304s of a site, the next one is checked by an unconditional fetch
+AUDIT_RISK = 0.05  # ... of a page whose estimated chance of changing before the check is less
+AUDIT_STRIKES = 2  # audits finding a hidden change before the site's validators are dropped
 FAILURE_BACKOFF = 2.0  # a failed page is due again after twice the time since its last answer
 FIRST_FAILURE = 4.0  # ... or this many recrawlMin when it never answered
+CLAIMS_KEPT = 100_000  # sitemap lastmods awaiting the fetch that checks them
 FRESHNESS_SAMPLES = 10_000  # pages whose expected freshness makes the crawl's estimate
 NOT_MODIFIED = "server-not-modified"
 IDENTICAL = "identical-payload-digest"
@@ -70,7 +76,9 @@ class SiteRecrawl:
     etag_trusted: bool = True
     lm_trusted: bool = True  # Last-Modified: sent, and fed to the estimator
     validators_trusted: bool = True  # False once a 304 hid a change
-    not_modified: int = 0  # 304s answered, for AUDIT_EVERY
+    lastmod_trusted: bool = True  # sitemap <lastmod>: False once one proved false
+    not_modified: int = 0  # 304s answered since the last audit
+    false_304s: int = 0  # audits that found a change a 304 hid
     next_at: float = 0.0  # loop time before which no revisit of it is fed (recrawlShare)
 
 
@@ -128,6 +136,8 @@ class Revisits:
         self.queued: dict[str, int] = {}  # revisit jobs in a site's queue or in flight
         self.audits: set[str] = set()  # URLs whose next fetch checks a 304 (no validators)
         self.revisits: dict[str, int] = {}  # revisits' outcomes, by kind
+        # sitemap <lastmod>s that made a page due, until its fetch proves them true or false
+        self.claims: OrderedDict[str, float] = OrderedDict()
         self._fresh: deque[float] = deque(maxlen=FRESHNESS_SAMPLES)
         self._fresh_sum = 0.0
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -188,9 +198,15 @@ class Revisits:
             self.pending -= 1
             if not fifo:
                 del self.waiting[key]
+            job = Job(visit.url, visit.depth, visit.priority, tag=visit.tag,
+                      kind=JobKind.REVISIT)
+            if self.sites.forward(key, job):
+                # a cluster: its site is another node's now; the job went there, and the
+                # owner schedules the page from its fetch on (`prepare`: unknown there)
+                self.schedule.drop(visit.url)
+                continue
             self.queued[key] = self.queued.get(key, 0) + 1
-            self.sites.enqueue(Job(visit.url, visit.depth, visit.priority, tag=visit.tag,
-                                   kind=JobKind.REVISIT), loop.time())
+            self.sites.enqueue(job, loop.time())
             self.on_fed()
 
     def _feed_at(self, key: str, at: float, loop: asyncio.AbstractEventLoop) -> None:
@@ -239,7 +255,9 @@ class Revisits:
         the job is stale (the page was fetched and scheduled again since it was popped, e.g.
         a checkpoint's job replayed after a kill): then it must not be fetched."""
         visit = self.schedule.get(job.url)
-        if visit is None or visit.due > time.time():
+        if visit is None:  # handed over by another cluster node: a first visit here
+            return Answer(None), {}
+        if visit.due > time.time():
             self.release(job)
             return None, {}
         answer = Answer(visit, audit=job.url in self.audits)
@@ -313,6 +331,8 @@ class Revisits:
         state = self.site_state(site)
         if prior is not None:
             self._audit(job, kind, answer, state, prior)
+            if self.claims:
+                self._check_claim(job.url, kind, prior, state)
         changed = prior is not None and kind is Outcome.success
         lm_time = _http_time(answer.last_modified)
         strong_lm = answer.last_modified if _strong(lm_time, answer.date, now) else None
@@ -325,29 +345,38 @@ class Revisits:
         interval = state.budget.schedule(rate, self.lo, self.hi, _interval_of(prior))
         self._note_freshness(freshness.freshness(rate, interval))
         if kind is Outcome.notModified:
-            if state.not_modified % AUDIT_EVERY == AUDIT_EVERY - 1:
+            state.not_modified += 1
+            # an audit proves something only if the page is unlikely to change before it
+            if (state.not_modified >= AUDIT_EVERY and state.validators_trusted
+                    and _change_risk(rate, self._audit_horizon(site)) < AUDIT_RISK):
+                state.not_modified = 0
                 self.audits.add(job.url)
                 interval = 0.0  # checked at once: its site's politeness still spaces it
-            state.not_modified += 1
-        assert prior is not None or kind is Outcome.success
+        if kind is Outcome.success:  # a new capture
+            digest, captured_at = answer.digest, now
+        else:  # the copy kept: a revisit always has a prior
+            assert prior is not None
+            digest, captured_at = prior.digest, prior.captured_at
         body = kind is not Outcome.notModified
         return Visit(
             url=job.url, due=now + interval, fetched_at=now,
             etag=answer.etag if body or answer.etag else (prior.etag if prior else None),
             last_modified=strong_lm if body else (prior.last_modified if prior else None),
-            digest=answer.digest if kind is Outcome.success else prior.digest,  # type: ignore[union-attr]
-            captured_at=now if kind is Outcome.success else prior.captured_at,  # type: ignore[union-attr]
-            status=answer.status, depth=job.depth, priority=job.priority, tag=job.tag,
-            stats=stats)
+            digest=digest, captured_at=captured_at, status=answer.status, depth=job.depth,
+            priority=job.priority, tag=job.tag, stats=stats)
 
     def _audit(self, job: Job, kind: Outcome, answer: Answer, state: SiteRecrawl,
                prior: Visit) -> None:
         """What this answer proves about the site's validators (see the module docstring)."""
-        if answer.audit and kind is Outcome.success and prior.status == 304:
-            if state.validators_trusted:
-                log.warning("recrawl: %s answered 304 for a page that had changed (%s): its "
-                            "validators are not sent any more", site_key(job.url), job.url)
-            state.validators_trusted = False
+        if (answer.audit and kind is Outcome.success and prior.status == 304
+                and _change_risk(freshness.rate(prior.stats, prior=1.0 / self.lo),
+                                 time.time() - prior.fetched_at) < AUDIT_RISK):
+            # changed since the 304, when a change that soon was unlikely: a strike
+            state.false_304s += 1
+            if state.false_304s >= AUDIT_STRIKES and state.validators_trusted:
+                state.validators_trusted = False
+                log.warning("recrawl: %s answered 304 for pages that had changed (%s last): "
+                            "its validators are not sent any more", site_key(job.url), job.url)
         if kind is Outcome.unchanged and answer.conditional:
             if answer.etag != prior.etag and prior.etag and state.etag_trusted:
                 state.etag_trusted = False
@@ -375,6 +404,11 @@ class Revisits:
                      last_modified=None, digest=b"", captured_at=0.0, status=status,
                      depth=job.depth, priority=job.priority, tag=job.tag, stats=b"")
 
+    def _audit_horizon(self, site: Site) -> float:
+        """About how long after a 304 its audit fetch comes: the site's politeness, a bucket
+        of the schedule, one look for due visits."""
+        return 2 * site.delay + self.lo / 16 + min(POP_EVERY, self.lo / 2)
+
     def _capacity(self, site: Site) -> float:
         """Revisits a second the site's politeness allows, times recrawlShare."""
         delay = max(site.delay, 1e-3)
@@ -386,6 +420,32 @@ class Revisits:
             self._fresh_sum -= self._fresh[0]
         self._fresh.append(value)
         self._fresh_sum += value
+
+    # --- sitemaps ---
+
+    def lastmod(self, url: str, when: float) -> None:
+        """A sitemap lists `url` as modified at `when`: due now if that is after its last fetch
+        and its site's lastmods have not proved false (the fetch then checks this claim)."""
+        site = self.sites.by_key.get(site_key(url))
+        if site is not None and not self.site_state(site).lastmod_trusted:
+            return
+        if len(self.claims) >= CLAIMS_KEPT:
+            self.claims.popitem(last=False)
+        visit = self.schedule.get(url)
+        # a lastmod names a second: it must be past the fetch's second to say anything
+        if visit is not None and visit.fetched_at and when >= math.floor(visit.fetched_at) + 1:
+            self.claims[url] = when
+            self.force(url)
+
+    def _check_claim(self, url: str, kind: Outcome, prior: Visit, state: SiteRecrawl) -> None:
+        """A page a sitemap's lastmod made due was fetched: a false claim ends the trust."""
+        claim = self.claims.pop(url, None)
+        if claim is None or claim <= prior.fetched_at or kind is Outcome.success:
+            return
+        if state.lastmod_trusted:
+            log.info("recrawl: %s lists %s as modified, but it was not: its sitemap lastmod "
+                     "values are not trusted any more", site_key(url), url)
+        state.lastmod_trusted = False
 
     # --- operators ---
 
@@ -414,6 +474,11 @@ class Revisits:
             return None
         profile = NOT_MODIFIED if kind is Outcome.notModified else IDENTICAL
         return Revisit(profile, url, prior.captured_at, prior.digest)
+
+
+def _change_risk(rate: float, seconds: float) -> float:
+    """The chance that a page of this change rate changes within `seconds` (Poisson)."""
+    return -math.expm1(-rate * max(seconds, 0.0))
 
 
 def _interval_of(visit: Visit | None) -> float | None:
