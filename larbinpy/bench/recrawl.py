@@ -522,7 +522,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recrawl", action="store_true",
                    help="instead: the daemon keeps a copy of a changing web fresh for "
                         "--seconds; its freshness against uniform and optimal revisiting, "
-                        "validators, 304s, politeness (larbinpy/bench/recrawl.py)")
+                        "validators, 304s, politeness (larbinpy/bench/recrawl.py); there "
+                        "--pages, --per-host, --wait and --output default to 40, 1, 0.25 and "
+                        "none")
     g.add_argument("--seconds", type=float, default=90.0, help="how long the daemon crawls [90]")
     g.add_argument("--hosts-per-kind", type=int, default=2,
                    help=f"hosts of each kind ({', '.join(KINDS)}) [2]")
