@@ -9,20 +9,14 @@ import pytest
 from conftest import bench_json
 
 from larbinpy.bench.changing import ChangingPage
-from larbinpy.bench.recrawl import (
-    analyse,
-    copy_freshness,
-    optimal_freshness,
-    page_freshness,
-    resumed_schedules,
-    uniform_freshness,
-)
+from larbinpy.bench.recrawl import analyse, copy_freshness, optimal_freshness, resumed_schedules
 from larbinpy.frontier.freshness import freshness, optimal_allocation
+from larbinpy.frontier.freshness import uniform as uniform_freshness
 
 
 def test_a_static_page_is_fresh_at_any_interval() -> None:
-    assert page_freshness(0.0, math.inf) == page_freshness(0.0, 5.0) == 1.0
-    assert page_freshness(0.1, math.inf) == 0.0
+    assert freshness(0.0, math.inf) == freshness(0.0, 5.0) == 1.0
+    assert freshness(0.1, math.inf) == 0.0
     assert uniform_freshness([0.0, 0.1], 0.0) == 0.5 == optimal_freshness([0.0, 0.1], 0.0)
 
 

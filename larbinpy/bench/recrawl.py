@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from larbinpy.bench.changing import HONEST_VALIDATORS, KINDS, ChangingServer
-from larbinpy.frontier.freshness import freshness, optimal_allocation
+from larbinpy.frontier.freshness import mean_freshness, optimal_allocation, uniform
 
 GAP_TOLERANCE = 0.02  # s: the server stamps an answer's end a little after the crawler saw it
 LOG_ROUNDING = 0.001  # s: the crawl log's times are rounded to the millisecond
@@ -55,26 +55,9 @@ FIRST_PASS_SHARE = 0.5  # a warning when the first pass takes more of the run th
 # --- the theory (Cho & Garcia-Molina): larbinpy/frontier/freshness.py -------------------------
 
 
-def page_freshness(rate: float, interval: float) -> float:
-    """`freshness`, with a static page fresh at any interval, never fetched again included
-    (0 x inf is no number)."""
-    return 1.0 if rate <= 0 else freshness(rate, interval)
-
-
-def uniform_freshness(rates: Sequence[float], budget: float) -> float:
-    """Mean freshness when `budget` fetches/s go round the pages in turn."""
-    interval = len(rates) / budget if budget > 0 else math.inf
-    return _mean_of(rates, [interval] * len(rates))
-
-
 def optimal_freshness(rates: Sequence[float], budget: float) -> float:
     """Mean freshness of the pages at the intervals that maximise it for `budget` fetches/s."""
-    return _mean_of(rates, optimal_allocation(rates, budget))
-
-
-def _mean_of(rates: Sequence[float], intervals: Sequence[float]) -> float:
-    """Mean page_freshness (0 for no page)."""
-    return sum(map(page_freshness, rates, intervals)) / len(rates) if rates else 0.0
+    return mean_freshness(rates, optimal_allocation(rates, budget))
 
 
 # --- what happened --------------------------------------------------------------------------
@@ -303,7 +286,7 @@ def theory_per_site(pages: list[dict[str, Any]], budgets: dict[str, float],
     for host, rs in rates.items():
         b = budgets.get(host, 0.0)
         out[host] = {"pages": len(rs), "fetches_per_s": round(b, 3),
-                     "uniform": uniform_freshness(rs, b), "optimum": optimal_freshness(rs, b),
+                     "uniform": uniform(rs, b), "optimum": optimal_freshness(rs, b),
                      "optimum_full": optimal_freshness(rs, capacity)}
     return out
 
@@ -539,7 +522,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recrawl", action="store_true",
                    help="instead: the daemon keeps a copy of a changing web fresh for "
                         "--seconds; its freshness against uniform and optimal revisiting, "
-                        "validators, 304s, politeness (larbinpy/bench/recrawl.py)")
+                        "validators, 304s, politeness (larbinpy/bench/recrawl.py); there "
+                        "--pages, --per-host, --wait and --output default to 40, 1, 0.25 and "
+                        "none")
     g.add_argument("--seconds", type=float, default=90.0, help="how long the daemon crawls [90]")
     g.add_argument("--hosts-per-kind", type=int, default=2,
                    help=f"hosts of each kind ({', '.join(KINDS)}) [2]")
