@@ -50,8 +50,6 @@ class Outcome(enum.StrEnum):
 # a page got (success, err30X: a redirect followed, duplicate, badType: an answer of a type
 # not wanted), a rule that kept a URL from being fetched (urlDup, outOfScope, trap, tooDeep,
 # forbiddenRobots, deniedNetwork) or a retry to come (backedOff). docs/outcomes.md says each.
-REVISITS_UNCHANGED = frozenset({Outcome.notModified, Outcome.unchanged})
-
 FETCH_ERRORS = frozenset({
     Outcome.noDNS, Outcome.noConnection, Outcome.timeout, Outcome.tlsError, Outcome.badHttp,
     Outcome.earlyStop, Outcome.tooBig, Outcome.badEncoding, Outcome.err40X, Outcome.err50X,
