@@ -36,14 +36,22 @@ $(VENV)/.installed-%: $(VENV)/.installed
 run: $(VENV)/.installed-demo
 	$(PY) -m larbinpy.demo.demoweb --crawler-conf $(CONF) -- $(VENV)/bin/larbinpy -c $(CONF) --scratch
 
+# pywb, for the replay test (tests/replay.py), pins redis 2.10 and brings brotlipy, which shadows
+# the brotli module: it cannot share the test venv, so it gets one of its own
+PYWB_VENV ?= .venv-pywb
+$(PYWB_VENV)/.installed:
+	test -x $(PYWB_VENV)/bin/python || $(PYTHON) -m venv $(PYWB_VENV)
+	$(PYWB_VENV)/bin/pip install -q 'pywb>=2.10,<3'
+	touch $@
+
 ## test: ruff, mypy over larbinpy/ (its settings: pyproject.toml), then the whole suite (< 5 minutes)
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test $(PYWB_VENV)/.installed
 	$(VENV)/bin/ruff check larbinpy tests
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
 ## test-slow: the long checks kept out of `make test`
-test-slow: $(VENV)/.installed-test
+test-slow: $(VENV)/.installed-test $(PYWB_VENV)/.installed
 	$(PY) -m pytest -q -m slow
 
 ## bench: crawl a synthetic local web and print pages/s, CPU per page, RSS, ratio to a bare fetch loop
@@ -79,4 +87,4 @@ docs: $(VENV)/.installed
 	mv docs/configuration.md.tmp docs/configuration.md
 
 clean:
-	rm -rf $(VENV) larbin-state save .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(PYWB_VENV) larbin-state save .pytest_cache .mypy_cache

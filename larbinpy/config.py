@@ -163,6 +163,15 @@ def parse_onoff(text: str) -> bool:
     raise ValueError(f"expected on or off, got {text!r}")
 
 
+@shows("fraction")
+def parse_fraction(text: str) -> float:
+    """A share: a number above 0 and at most 1."""
+    value = parse_float(text)
+    if not 0 < value <= 1:
+        raise ValueError(f"{text!r} is not a share: it must be above 0 and at most 1")
+    return value
+
+
 @shows("ip[:port]")
 def parse_dns_server(text: str) -> str:
     """`ip[:port]` or `[ipv6]:port`, checked, returned as c-ares wants it."""
@@ -615,6 +624,25 @@ class Config:
         0, "sitemapPriority", "priority of the URLs sitemaps list (higher is fetched first)",
         parse=parse_int, bounds=(0, 9),
     )
+    recrawl: bool = key(
+        False, "recrawl", "keep the copy fresh: every fetched page is fetched again on a "
+        "schedule learned from how often it changed (the crawl then never ends by itself)",
+        parse=parse_onoff,
+    )
+    recrawl_min: float = key(
+        3600.0, "recrawlMin", "recrawl: shortest time between two fetches of one page",
+        parse=parse_float, unit="seconds", bounds=(0.001, None),
+    )
+    recrawl_max: float = key(
+        2592000.0, "recrawlMax", "recrawl: longest time between two fetches of one page (a page "
+        "that never changes drifts to it)", parse=parse_float, unit="seconds",
+        bounds=(0.001, None),
+    )
+    recrawl_share: float = key(
+        1.0, "recrawlShare", "recrawl: the share of each site's politeness capacity "
+        "(connectionsPerHost, waitDuration) revisits may use; URLs never fetched go first",
+        parse=parse_fraction,
+    )
     follow_images: bool = key(
         False, "followImages", "follow `<img src>` and keep image/* pages (larbin IMAGES)",
         kind="flag",
@@ -796,6 +824,13 @@ def validate(cfg: Config) -> None:
     if cfg.input_token is not None and not cfg.input_token.strip():
         # an empty token would accept anyone while looking protected
         raise cfg.error("inputtoken", "inputToken must not be empty")
+    if cfg.recrawl and cfg.exit_at_end:
+        raise cfg.error("recrawl", "recrawl on never ends by itself: it cannot be combined "
+                        f"with exitAtEnd (line {cfg.lines.get('exitatend')})")
+    if cfg.recrawl and cfg.recrawl_min > cfg.recrawl_max:
+        raise cfg.error("recrawlmin" if "recrawlmin" in cfg.lines else "recrawlmax",
+                        f"recrawlMin ({cfg.recrawl_min:g} s) must not exceed recrawlMax "
+                        f"({cfg.recrawl_max:g} s)")
     if cfg.cluster is not None and not re.match(r"(redis|rediss|unix)://", cfg.cluster):
         raise cfg.error("cluster", f"cluster must be a redis://host:port/db URL, got "
                                    f"{cfg.cluster!r}")

@@ -44,7 +44,7 @@ from larbinpy.net.docmemory import DocumentMemory
 from larbinpy.net.policy import NetworkPolicy
 from larbinpy.node import CrawlHooks, Embedded, Node
 from larbinpy.outputs import Outputs
-from larbinpy.records import Job, Site, SiteState
+from larbinpy.records import Job, JobKind, Site, SiteState
 from larbinpy.stages.bandwidth import BandwidthLimiter
 from larbinpy.stages.dns import Dns
 from larbinpy.stages.input import Input
@@ -58,6 +58,7 @@ from larbinpy.stats import Stats, counted
 if TYPE_CHECKING:
     from larbinpy.cluster import Cluster
     from larbinpy.daemon.ports import Ports
+    from larbinpy.stages.revisits import Revisits
 
 log = logging.getLogger("larbinpy")
 
@@ -123,6 +124,7 @@ class Crawler:
                                   changed=self.changed, idle=self.idle,
                                   parse_pending=self.parser.flush))
         fetch_page = self.node.page_fetch(self.reader.fetch)
+        self.revisits = self._revisits() if cfg.recrawl else None
         if on_page_fetch is not None:
             fetch_page = _observed(fetch_page, on_page_fetch)
         self.opener = Opener(cfg, self.sites, self.robots, self.reader, self.changed,
@@ -137,6 +139,21 @@ class Crawler:
         self.stop_requested = False
         self._changed = asyncio.Event()
 
+    def _revisits(self) -> Revisits:
+        """recrawl on: the schedule in stateDir and the stage that feeds its due visits back
+        (the reader and the crawl log report every page's outcome to it)."""
+        from larbinpy.frontier.schedule import GRANULARITY, Schedule
+        from larbinpy.stages.revisits import Revisits
+
+        # a page is popped at most a granularity late: a small share of recrawlMin
+        schedule = Schedule(self.state.schedule_dir, _schedule_position(self.saved.schedule),
+                            granularity=min(GRANULARITY, max(0.01, self.cfg.recrawl_min / 16)))
+        revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed)
+        self.reader.revisits = revisits
+        self.crawl_log.scheduler = revisits.schedule_page
+        self.input.make_due = revisits.force  # submit --force of a known page
+        return revisits
+
     def _open_state(self, local: bool) -> None:
         """stateDir and what lives in it: the seen-sets, the FIFOs, the site spill, the crawl
         log. `local` False: a cluster node's, wiped (its queues and seen-set are in Redis)."""
@@ -147,6 +164,8 @@ class Crawler:
             cfg.state_dir,
             {"hashSize": cfg.hash_size, "hashFunctions": cfg.hash_functions},
             scratch or not local,
+            # a cluster node keeps its recrawl schedule: it owns those pages' sites
+            keep=() if scratch else ("schedule",),
         )
         # a cluster's seen-set is in Redis; the local bitmap is only its cache (cluster/)
         self.seen = open_seen_set(self.state.bitmap_path("seen"), cfg.hash_size,
@@ -168,8 +187,11 @@ class Crawler:
 
     def _parse_pending(self) -> None:
         """Before the done-record is written: the pages read this turn go through the parser
-        (their links to the FIFOs, the pages to the outputs) first."""
+        (their links to the FIFOs, the pages to the outputs) first, and with recrawl the
+        pages' new due times."""
         self.parser.flush()
+        if self.revisits is not None:
+            self.revisits.schedule.flush()
 
     # --- "is the crawl done?" ---
 
@@ -184,6 +206,7 @@ class Crawler:
             and self.parser.pending == 0  # pages read this turn, links not extracted yet
             and self.outputs.backlog() == 0  # a full disk pauses the crawl; it is not done
             and self.node.idle()  # nothing on its way elsewhere (a cluster's Redis)
+            and (self.revisits is None or self.revisits.pending == 0)  # due, not yet fed
         )
 
     def changed(self) -> None:
@@ -223,6 +246,7 @@ class Crawler:
                 "kind": self.cfg.seen_set, "bitmap_fill": round(self.seen.fill(), 6),
                 "expected_loss": self.seen.expected_loss()} if self.node.local_state else None,
             failures=self.failures.lines(),
+            recrawl=None if self.revisits is None else self.revisits.figures().as_dict(),
         )
 
     # --- run ---
@@ -234,6 +258,8 @@ class Crawler:
                  asyncio.ensure_future(self.sequencer.run()),
                  asyncio.ensure_future(self._tick()),
                  asyncio.ensure_future(self._checkpoints())]
+        if self.revisits is not None:
+            tasks.append(asyncio.ensure_future(self.revisits.run()))
         self._install_signals()
         ports = self._ports()
         try:
@@ -291,6 +317,9 @@ class Crawler:
         self.node.recover()
         finished = self.finished_before = len(self.crawl_log.skip)
         jobs = [j for j in self.saved.jobs if not self.crawl_log.finished_before(j.url)]
+        # revisits in flight at the checkpoint come back from the schedule (its position is
+        # the oldest popped and not put again), not from here
+        jobs = [j for j in jobs if j.kind is not JobKind.REVISIT]
         # the FIFOs still hold the finished URLs the checkpoint's jobs did not (skipped later)
         in_fifos = finished - (len(self.saved.jobs) - len(jobs))
         waiting = len(self.frontier) + len(self.spill) + len(jobs) - in_fifos
@@ -405,7 +434,8 @@ class Crawler:
             raise
         self._commit(*snapshot)
 
-    def _snapshot(self) -> tuple[dict[int, Position], dict[str, Position], list[Job], int]:
+    def _snapshot(self) -> tuple[dict[int, Position], dict[str, Position], list[Job], int,
+                                 tuple[int, int, int] | None]:
         """Flush and sync the outputs (those not taken) and the queues; then cursors and the
         jobs only memory holds, as of this moment."""
         # Order matters: pages read but not parsed go on first (their links to the frontier,
@@ -423,18 +453,26 @@ class Crawler:
             self.sites.records.sync()
         if self.contents is not None:
             self.contents.flush()
+        schedule = None
+        if self.revisits is not None:
+            self.revisits.schedule.flush()
+            self.revisits.schedule.sync()
+            schedule = self.revisits.schedule.position()
         done = self.crawl_log.mark()  # jobs finishing from now on are not in this checkpoint
         return (self.frontier.positions(), self.spill.positions(), list(self.in_memory()),
-                done)
+                done, schedule)
 
     def _commit(self, frontier: dict[int, Position], spill: dict[str, Position],
-                jobs: list[Job], done: int) -> None:
+                jobs: list[Job], done: int, schedule: tuple[int, int, int] | None = None
+                ) -> None:
         """Write the checkpoint, then release the files before its cursors and the
         done-record's URLs it covers."""
-        self.state.write_checkpoint(frontier, spill, jobs, self.stats.urls_seen)
+        self.state.write_checkpoint(frontier, spill, jobs, self.stats.urls_seen, schedule)
         self.crawl_log.checkpointed(done)
         self.frontier.release(frontier)
         self.spill.release(spill)
+        if self.revisits is not None and schedule is not None:
+            self.revisits.schedule.release(schedule)
 
     async def _tick(self) -> None:
         """Once a second: throughput sample and progress line."""
@@ -507,6 +545,8 @@ class Crawler:
         self.seen.close()
         if self.contents is not None:
             self.contents.close()
+        if self.revisits is not None:
+            self.revisits.schedule.close()
         self.frontier.close()
         self.spill.close()
         self.state.close()
@@ -537,6 +577,14 @@ def _keep_saved_hash_size(cfg: Config) -> None:
         log.info("stateDir %s was made with hashSize %d: kept (larbin.conf sets none)",
                  cfg.state_dir, saved)
         cfg.hash_size = saved
+
+
+def _schedule_position(saved: object) -> tuple[int, int, int] | None:
+    """The schedule's position as the checkpoint's JSON gives it back (a list of three
+    integers); None when there is none (a new schedule, or one read from its start)."""
+    if isinstance(saved, list) and len(saved) == 3 and all(isinstance(x, int) for x in saved):
+        return saved[0], saved[1], saved[2]
+    return None
 
 
 def set_aside_outputs(cfg: Config) -> Path | None:

@@ -23,6 +23,9 @@ class JobKind(enum.IntEnum):
 
     PAGE = 0  # a page: handed to the outputs, its links to input
     SITEMAP = 1  # a sitemap: parsed for URLs, not output as a page
+    # recrawl: a page fetched before, due again; its validators and digest are in the schedule
+    # (looked up by URL when it is fetched), so the job itself stays as small as a first visit
+    REVISIT = 2
 
 
 @dataclass(slots=True)
@@ -153,6 +156,18 @@ class Site:
     in_ready: bool = False  # already on the opener's ready queue
     waiting_ip: bool = False  # already parked on its IP's waiting list
     timer: asyncio.TimerHandle | None = None  # only for its own clock, never its IP's
+    recrawl: Any = None  # recrawl: its budget and validator trust (stages/revisits.SiteRecrawl)
+
+
+@dataclass(frozen=True, slots=True)
+class Revisit:
+    """A fetch that found the copy already kept (recrawl): archives write a revisit record
+    pointing at the capture it repeats; the other outputs and the hook skip it."""
+
+    profile: str  # "server-not-modified" (a 304) or "identical-payload-digest" (same body)
+    refers_to_uri: str  # the URL of the original capture
+    refers_to_date: float  # Unix time of the original capture (WARC-Refers-To-Date)
+    payload_digest: bytes  # SHA-1 of the original capture's payload, 20 bytes
 
 
 @dataclass(slots=True)
@@ -175,3 +190,4 @@ class Page:
     http_version: str = "HTTP/1.1"
     reason: str = ""
     request_headers: Any = None  # headers sent with the request
+    revisit: Revisit | None = None  # recrawl: the page was as kept (no new content)

@@ -40,6 +40,9 @@ class Outcome(enum.StrEnum):
     tlsError = "tlsError"
     backedOff = "backedOff"
     badHttp = "badHttp"  # malformed status line, headers or chunking (truncated bodies: earlyStop)
+    # recrawl: a revisit that found the page as it was (a changed page is a success)
+    notModified = "notModified"  # a 304 to a conditional GET
+    unchanged = "unchanged"  # a 200 whose body has the digest of the copy kept
 
 
 # The outcomes that are failures to fetch a URL the crawl wanted: the network, the server or

@@ -7,12 +7,14 @@ import inspect
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from larbinpy.bench.changing import ChangingServer
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
 from larbinpy.demo import DnsServer, LocalWeb, Page, Site
@@ -127,3 +129,26 @@ def bench_json(*args: str, timeout: float = 120) -> dict:
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
+
+
+CHANGING_LIFETIME = 120.0  # the changing web's child process stops by itself after this
+
+
+@pytest.fixture
+def changing_web(tmp_path: Path) -> Iterator[Callable[..., ChangingServer]]:
+    """Factory: start the changing web (`larbinpy.bench.changing`) in a child process with the
+    given options (kinds, hosts_per_kind, pages, seed, rate); it stops after the test, or by
+    itself after CHANGING_LIFETIME seconds. `.truth()` stops it and returns its log."""
+    started: list[ChangingServer] = []
+
+    def start(**options: Any) -> ChangingServer:
+        options.setdefault("lifetime", CHANGING_LIFETIME)
+        where = tmp_path / f"changing{len(started)}"
+        where.mkdir()
+        server = ChangingServer(where, **options)
+        started.append(server.__enter__())
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

@@ -293,3 +293,17 @@ def test_the_verdict_store_holds_many_sites_on_disk_with_a_bounded_cache(tmp_pat
         assert store.get(f"http://unknown{i}.test") is None
     assert len(store._cache) <= robotsdb.CACHE_VERDICTS and len(store) == sites
     store.close()
+
+
+async def test_a_robots_txt_two_sites_reach_by_redirect_is_fetched_once(make_web):
+    rules = txt("User-agent: *\nDisallow: /private/\n")
+    www = site_with(rules, "www.apex.test", "127.0.0.3")
+    apex = site_with(None, "apex.test", "127.0.0.2")
+    tw = await make_web([apex, www])
+    apex.pages["/robots.txt"] = redirect(tw.url("www.apex.test", "/robots.txt"))
+    # both sites start at once: the second one's robots.txt is on the wire when it asks
+    await tw.crawl(f"startUrl {tw.url('apex.test')}\nstartUrl {tw.url('www.apex.test')}")
+    assert [x.path for x in tw.web.hits_for("www.apex.test")].count("/robots.txt") == 1
+    for host in ("apex.test", "www.apex.test"):  # both obey the rules it gave
+        paths = {x.path for x in tw.web.hits_for(host)}
+        assert "/ok.html" in paths and "/private/p.html" not in paths

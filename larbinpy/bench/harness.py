@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Self
 
 READY_TIMEOUT = 30.0  # seconds for the synthetic web to listen, plus READY_PER_HOST a host
 READY_PER_HOST = 1e-4  # building a million hosts' records takes a minute on a loaded machine
@@ -24,27 +25,23 @@ HASH_BITS = 1 << 28
 HASH_FUNCTIONS = 1
 
 
-class SynthServer:
-    """`python -m larbinpy.bench.synth serve` as a child process; a context manager."""
+class ChildServer:
+    """A loopback web served by `python -m MODULE serve ...` in a child process, which writes
+    `HTTP_PORT DNS_PORT` to a ready file once listening; a context manager."""
 
-    def __init__(self, hosts: int, pages: int, workdir: Path, *, page_bytes: int = 15000,
-                 links: int = 40, shape: str = "plain",
-                 serve_args: tuple[str, ...] = ()) -> None:
-        self.hosts, self.pages = hosts, pages
-        self.page_bytes, self.links, self.shape = page_bytes, links, shape
-        self.serve_args = serve_args  # more options of `synth serve` (e.g. --max-ips 1)
-        self.ready_file = workdir / "synth.ready"
+    def __init__(self, module: str, args: list[str], workdir: Path,
+                 name: str = "web", host_count: int = 0) -> None:
+        """`host_count`: how many hosts it serves (the ready wait grows with them)."""
+        self.module, self.args, self.name = module, args, name
+        self.host_count = host_count
+        self.ready_file = workdir / f"{name}.ready"
         self.proc: subprocess.Popen[bytes] | None = None
         self.http_port = self.dns_port = 0
 
-    def __enter__(self) -> SynthServer:
+    def __enter__(self) -> Self:
         """Start the server and wait until it listens (RuntimeError if it does not)."""
-        cmd = [sys.executable, "-m", "larbinpy.bench.synth", "serve",
-               "--hosts", str(self.hosts), "--pages", str(self.pages),
-               "--page-bytes", str(self.page_bytes), "--links", str(self.links),
-               "--page-shape", self.shape,
-               "--http-port", "0", "--dns-port", "0", "--ready-file", str(self.ready_file),
-               *self.serve_args]
+        cmd = [sys.executable, "-m", self.module, "serve", *self.args,
+               "--ready-file", str(self.ready_file)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
         try:
             self._wait_ready()
@@ -60,17 +57,17 @@ class SynthServer:
     def _wait_ready(self) -> None:
         """Poll the ready file for `HTTP_PORT DNS_PORT`, bounded by READY_TIMEOUT."""
         assert self.proc is not None
-        wait = READY_TIMEOUT + READY_PER_HOST * self.hosts
+        wait = READY_TIMEOUT + READY_PER_HOST * self.host_count
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"synthetic web exited with code {self.proc.returncode}")
+                raise RuntimeError(f"{self.name} exited with code {self.proc.returncode}")
             if self.ready_file.exists():
                 http_port, dns_port = self.ready_file.read_text().split()
                 self.http_port, self.dns_port = int(http_port), int(dns_port)
                 return
             time.sleep(0.05)
-        raise RuntimeError(f"synthetic web not ready after {wait:.0f} s")
+        raise RuntimeError(f"{self.name} not ready after {wait:.0f} s")
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not exit within STOP_TIMEOUT."""
@@ -82,3 +79,20 @@ class SynthServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+class SynthServer(ChildServer):
+    """`python -m larbinpy.bench.synth serve` as a child process; a context manager."""
+
+    def __init__(self, hosts: int, pages: int, workdir: Path, *, page_bytes: int = 15000,
+                 links: int = 40, shape: str = "plain",
+                 serve_args: tuple[str, ...] = ()) -> None:
+        self.hosts, self.pages = hosts, pages
+        self.page_bytes, self.links, self.shape = page_bytes, links, shape
+        # serve_args: more options of `synth serve` (e.g. --max-ips 1)
+        super().__init__("larbinpy.bench.synth",
+                         ["--hosts", str(hosts), "--pages", str(pages),
+                          "--page-bytes", str(page_bytes), "--links", str(links),
+                          "--page-shape", shape, "--http-port", "0", "--dns-port", "0",
+                          *serve_args], workdir, "synthetic web", hosts)
+        self.ready_file = workdir / "synth.ready"

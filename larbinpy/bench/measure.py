@@ -18,7 +18,9 @@ the crawler itself adds on top of fetching. The crawl runs first because peak RS
 
 Other modes: `--nodes` (clusters of processes, `cluster.py`) and `--micro`, `--frontier`,
 `--hashset` (one structure alone, `micro.py`), `--seen` (the seen-set alone, `seen_bench`),
-`--shared-ip` (thousands of hosts on one IP: does the crawl keep its pace, `shared_ip_bench`).
+`--shared-ip` (thousands of hosts on one IP: does the crawl keep its pace, `shared_ip_bench`),
+`--recrawl` (how fresh the daemon keeps a copy of a changing web, `recrawl.py`),
+`--schedule` (the recrawl schedule alone on a simulated clock, `schedbench.py`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from typing import Any
 
 import aiohttp
 
+from larbinpy.bench import recrawl
 from larbinpy.bench.harness import HASH_BITS, HASH_FUNCTIONS, SynthServer
 from larbinpy.bench.synth import PAGE_SHAPES, host_ip, host_name, synth_urls
 from larbinpy.config import parse_int
@@ -381,6 +384,11 @@ def parser() -> argparse.ArgumentParser:
                    help="instead: N distinct URLs plus 4 duplicates each, a page of 50 links "
                         "at a time, through the seen-set (--seen-set, --seen-bits): "
                         "URLs lost, cost per link tested, peak RSS")
+    p.add_argument("--schedule", type=parse_int, metavar="N", default=0,
+                   help="instead: schedule N pages over 30 days (ETags, Last-Modified, "
+                        "digests), then pop each when due on a simulated clock and put it "
+                        "again: puts/s, pops/s, bytes a page on disk, peak RSS (--dir: where; "
+                        "created when missing)")
     p.add_argument("--seen-set", choices=("exact", "bitmap"), default="exact",
                    help="the seenSet of --seen [exact]")
     p.add_argument("--seen-bits", type=parse_int, default=0, metavar="BITS",
@@ -392,6 +400,7 @@ def parser() -> argparse.ArgumentParser:
                    help="crawl and floor R times, alternating, against one server; report "
                         "the pair with the median CPU ratio and every pair's range (with "
                         "--nodes: every configuration R times, interleaved; the medians) [1]")
+    recrawl.add_options(p)
     return p
 
 
@@ -479,6 +488,14 @@ def state_bench(args: argparse.Namespace) -> int:
         result["frontier"] = micro.bench_frontier(args.frontier, 100_000)
     if args.hashset:
         result["hashset"] = micro.bench_hashset(args.hashset)
+    if args.schedule:
+        from larbinpy.bench.schedbench import bench_schedule
+
+        where = args.dir
+        if where is not None:
+            Path(where).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="larbinpy-schedule-", dir=where) as tmp:
+            result["schedule"] = bench_schedule(args.schedule, Path(tmp))
     if args.seen:
         where = args.dir  # a disk: the store's real medium
         if where is not None:
@@ -711,11 +728,17 @@ def run_and_report(
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `larbinpy bench`; 0 on success, 1 if the server or the crawl fails."""
     args = parser().parse_args(argv)
-    if args.micro or args.frontier or args.hashset or args.seen:
+    if args.recrawl:  # its own defaults for the options it shares (pages, wait, per-host...)
+        p = parser()
+        p.set_defaults(**recrawl.DEFAULTS)
+        args = p.parse_args(argv)
+    if args.micro or args.frontier or args.hashset or args.seen or args.schedule:
         return state_bench(args)
     setup_logging(-1)  # warnings only: logging must not cost the crawl CPU
     if args.nodes:
         return nodes_bench(args)
     if args.shared_ip:
         return run_and_report(args, shared_ip_bench, shared_ip_text)
+    if args.recrawl:
+        return run_and_report(args, recrawl.recrawl_bench, recrawl.report_text)
     return run_and_report(args, bench, report_text)

@@ -55,6 +55,9 @@ class Figures:
     seen_set: dict[str, Any] | None = None
     # the last FAILURES_KEPT failures, oldest first (RecentFailures.lines)
     failures: tuple[dict[str, Any], ...] = ()
+    # recrawl on: {"scheduled", "due_now", "overdue", "max_lateness_s", "revisits" (by
+    # outcome kind), "not_modified_share", "freshness"}; None without recrawl
+    recrawl: dict[str, Any] | None = None
 
 
 class RecentFailures:
@@ -136,4 +139,7 @@ def snapshot(source: StatusSource) -> dict[str, Any]:
         "seen_set": f.seen_set,
         # the last failures (FAILURE_KINDS), newest first: t (Unix time), url, kind, status
         "recent_failures": list(reversed(f.failures)),
+        # recrawl on: the schedule (pages scheduled, due now, overdue and by how much),
+        # revisits by outcome, the 304 share and the copy's estimated freshness
+        "recrawl": f.recrawl,
     }

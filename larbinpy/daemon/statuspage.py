@@ -153,6 +153,7 @@ def render_html(s: dict[str, Any]) -> str:
         ("bytes read", human_bytes(s["bytes"])),
         ("URLs seen", s["urls_seen"]),
         *_seen_rows(s.get("seen_set")),
+        *_recrawl_rows(s.get("recrawl")),
         ("sites known = waiting DNS + waiting robots + ready + parked + dead",
          f'{sites["known"]} = {sites["waiting_dns"]} + {sites["waiting_robots"]} + '
          f'{sites["ready"]} + {sites["parked"]} + {sites["dead"]}'),
@@ -195,6 +196,24 @@ politeness timer or their IP's turn.</p>
 <p>Also: <a href="/status.json">status.json</a>, <a href="/metrics">metrics</a>.</p>
 </body></html>
 """
+
+
+def _recrawl_rows(r: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """recrawl on: the schedule, the revisits and the copy's estimated freshness."""
+    if r is None:
+        return []
+    revisits = sum(r["revisits"].values())
+    by_kind = ", ".join(f"{k} {n}" for k, n in sorted(r["revisits"].items())) or "none yet"
+    fresh = "not known yet" if r["freshness"] is None else f'{r["freshness"]:.1%}'
+    return [
+        ("pages scheduled / due now / overdue",
+         f'{r["scheduled"]} / {r["due_now"]} / {r["overdue"]}'),
+        ("most overdue page", f'{r["max_lateness_s"]:.1f} s late'),
+        ("revisits", f"{revisits} ({by_kind})"),
+        ("revisits answered 304 (of those that found the page)",
+         f'{r["not_modified_share"]:.1%}'),
+        ("estimated freshness of the copy", fresh),
+    ]
 
 
 def _seen_rows(seen: dict[str, Any] | None) -> list[tuple[str, Any]]:
@@ -246,6 +265,8 @@ class _Snapshot:
                 "larbinpy_seen_expected_loss",
                 "New URLs expected dropped so far as already seen by hash collisions",
                 value=seen["expected_loss"])
+        if (recrawl := s.get("recrawl")) is not None:
+            yield from _recrawl_metrics(recrawl)
         yield GaugeMetricFamily("larbinpy_idle", "1 when nothing is queued or in flight",
                                 value=1 if s["idle"] else 0)
         yield GaugeMetricFamily(
@@ -269,6 +290,31 @@ class _Snapshot:
         for kind in DROP_KINDS:
             dropped.add_metric([kind], s["outcomes"][kind])
         yield dropped
+
+
+def _recrawl_metrics(r: dict[str, Any]) -> Any:
+    """recrawl on: the schedule's gauges, the revisits by outcome, the 304 share, freshness."""
+    schedule = GaugeMetricFamily("larbinpy_recrawl_pages", "Pages in the recrawl schedule",
+                                 labels=["state"])
+    for state in ("scheduled", "due_now", "overdue"):
+        schedule.add_metric([state], r[state])
+    yield schedule
+    yield GaugeMetricFamily("larbinpy_recrawl_max_lateness_seconds",
+                            "How late the most overdue page of the schedule is",
+                            value=r["max_lateness_s"])
+    revisits = CounterMetricFamily("larbinpy_recrawl_revisits",
+                                   "Revisits of pages fetched before, by outcome kind",
+                                   labels=["kind"])
+    for kind, n in r["revisits"].items():
+        revisits.add_metric([kind], n)
+    yield revisits
+    yield GaugeMetricFamily("larbinpy_recrawl_not_modified_share",
+                            "Share of the revisits that found the page answered 304",
+                            value=r["not_modified_share"])
+    if r["freshness"] is not None:
+        yield GaugeMetricFamily("larbinpy_recrawl_freshness",
+                                "Estimated time-averaged freshness of the copy (0..1)",
+                                value=r["freshness"])
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:

@@ -12,7 +12,8 @@ turn it interrupts; nothing is fsynced on this path.
 
 - The crawl log (`crawlLog`, optional): one JSON object a line for the operator (`t`, `url`,
   `kind`, `status`, `bytes`, `ms`, `type`, `depth`, `via`, and `note` when the kind does not
-  say why: the robots.txt failure, the timeout's limit). Whole lines only: a failed write is
+  say why: the robots.txt failure, the timeout's limit; with `recrawl on`, `next` on the line of
+  every page scheduled again: when it is due). Whole lines only: a failed write is
   cut back to the last whole line. Reopened by name on SIGHUP (logrotate).
 - The done-record (`stateDir/done`): the URLs finished since the last checkpoint. On restart
   they are the `skip` set: the checkpoint's jobs and the FIFOs' replay include them, and the
@@ -30,8 +31,9 @@ import time
 from collections.abc import Callable
 from json.encoder import encode_basestring
 from pathlib import Path
+from typing import Any
 
-from larbinpy.records import Job
+from larbinpy.records import Job, JobKind
 from larbinpy.stats import Outcome, counted
 
 log = logging.getLogger("larbinpy.crawllog")
@@ -42,18 +44,20 @@ _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND
 # through json's own C escaper (quotes, backslashes, control characters; non-ASCII kept);
 # `kind` is an Outcome name, plain ASCII; `t` has json's meaning of round(t, 3).
 _LINE = ('{"t":%.3f,"url":%s,"kind":"%s","status":%s,"bytes":%d,"ms":%d,"type":%s,'
-         '"depth":%d,"via":%s%s}\n')
+         '"depth":%d,"via":%s%s%s}\n')
 
 
 def _line(job: Job, kind: Outcome, status: int | None, nbytes: int, ms: int,
-          ctype: str | None, note: str | None = None) -> str:
-    """The crawl-log line of one job's outcome (`note`, when given, says why in words)."""
+          ctype: str | None, note: str | None = None, due: float | None = None) -> str:
+    """The crawl-log line of one job's outcome (`note`, when given, says why in words;
+    `due`: recrawl, when the page is due again, written as `next`)."""
     via = job.via
     return _LINE % (time.time(), encode_basestring(job.url), kind.value,
                     "null" if status is None else status, nbytes, ms,
                     encode_basestring(ctype) if ctype else "null", job.depth,
                     "null" if via is None else encode_basestring(via),
-                    "" if note is None else ',"note":' + encode_basestring(note))
+                    "" if note is None else ',"note":' + encode_basestring(note),
+                    "" if due is None else f',"next":{due:.3f}')
 
 
 class CrawlLog:
@@ -82,6 +86,9 @@ class CrawlLog:
         # told every final outcome (job, kind, HTTP status), crawlLog set or not: the status
         # page's last failures (daemon.status.RecentFailures); must be cheap and not raise
         self.on_record = on_record
+        # recrawl (stages/revisits.py): told every page's final outcome and what its fetch
+        # observed, it schedules the page again and returns when it is due (None: not at all)
+        self.scheduler: Callable[[Job, Outcome, Any], float | None] | None = None
 
     @property
     def pending(self) -> bool:
@@ -97,16 +104,21 @@ class CrawlLog:
         return True
 
     def record(self, job: Job, kind: Outcome, status: int | None = None, nbytes: int = 0,
-               ms: int = 0, ctype: str | None = None, note: str | None = None) -> None:
+               ms: int = 0, ctype: str | None = None, note: str | None = None,
+               answer: Any = None) -> None:
         """The final outcome of one job (written at the end of this loop turn); `note` says
         why in words when the kind does not (a robots.txt that could not be read, which
-        timeout ran out)."""
+        timeout ran out); `answer`: what the fetch observed, for the recrawl's scheduler
+        (None for a job that ended without a request)."""
         if self.skip and self.finished_before(job.url):
             return  # its line was written before the crash (a replayed job dropped again)
+        due = None
+        if self.scheduler is not None and job.kind is not JobKind.SITEMAP:
+            due = self.scheduler(job, kind, answer)  # recrawl: when it is due again
         if self.on_record is not None:
             self.on_record(job, kind, status)
         if self._log_fd >= 0:
-            self._lines.append(_line(job, kind, status, nbytes, ms, ctype, note))
+            self._lines.append(_line(job, kind, status, nbytes, ms, ctype, note, due))
         self._urls.append(job.url + "\n")
         if not self._scheduled:
             self._scheduled = True

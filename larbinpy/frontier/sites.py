@@ -169,6 +169,14 @@ class Sites:
         """Does the site have jobs waiting (in memory or spilled)?"""
         return bool(site.queue) or bool(self.spill.count(site.key))
 
+    def recrawl_state(self, site: Site) -> object:
+        """The recrawl's state of a site (None until `set_recrawl_state`); forgotten with it."""
+        return site.recrawl
+
+    def set_recrawl_state(self, site: Site, state: object) -> None:
+        """Keep the recrawl's state of a site (its budget multiplier, validator trust)."""
+        site.recrawl = state
+
     def window(self) -> int:
         """Jobs a site may hold in memory now: its share of MEMORY_JOBS among the sites that
         are not idle, within MIN_WINDOW..SITE_WINDOW."""

@@ -12,6 +12,8 @@ Layout:
   is pushed and flushed there *before* its URL is marked seen, so these files are also the
   journal of everything accepted.
 - `spill/`: per-site queues beyond the in-memory window (`diskqueue.SiteSpill`).
+- `schedule/`: with `recrawl on`, every fetched page's history and next due time
+  (`schedule.Schedule`); its read position is in the checkpoint.
 - `robots.sqlite`: the robots.txt verdicts learned (`robotsdb.FileVerdicts`), one row a site,
   written at the end of the loop turn that learned them, expired rows deleted at checkpoints.
 - `sites.sqlite`: what a site's record must not forget when memory lets it go, one row a site
@@ -68,6 +70,7 @@ class Saved:
     jobs: list[Job] = field(default_factory=list)
     urls_seen: int = 0  # URLs accepted by the seen-set up to this checkpoint
     fresh: bool = True  # no checkpoint at all: a new crawl
+    schedule: object = None  # recrawl: the schedule's position (`schedule.Schedule.position`)
 
 
 def _saved(cursors: dict[str, Any], jobs: list[Job]) -> Saved:
@@ -78,6 +81,7 @@ def _saved(cursors: dict[str, Any], jobs: list[Job]) -> Saved:
         jobs,
         urls_seen=int(cursors.get("urls_seen", 0)),
         fresh=False,
+        schedule=cursors.get("schedule"),
     )
 
 
@@ -104,15 +108,19 @@ def saved_meta(path: str) -> dict[str, object]:
 class StateDir:
     """The files of one crawl's state."""
 
-    def __init__(self, path: str, meta: dict[str, object], scratch: bool) -> None:
+    def __init__(self, path: str, meta: dict[str, object], scratch: bool,
+                 keep: tuple[str, ...] = ()) -> None:
+        """`scratch`: forget what is saved, but the folders named in `keep` (a cluster node's
+        recrawl schedule outlives its local queues)."""
         self.root = Path(path)
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock_fd = self._lock()
         if scratch:
-            self._wipe()
+            self._wipe(keep)
         self._check_meta(meta)
         self.frontier_dir = self.root / "frontier"
         self.spill_dir = self.root / "spill"
+        self.schedule_dir = self.root / "schedule"  # recrawl (frontier/schedule.py)
 
     def _lock(self) -> int:
         """Take the state's lock for the life of the process (the kernel drops it at exit,
@@ -141,10 +149,10 @@ class StateDir:
         """The done-record: URLs finished since the last checkpoint (crawllog.CrawlLog)."""
         return self.root / "done"
 
-    def _wipe(self) -> None:
-        """--scratch: forget everything saved."""
+    def _wipe(self, keep: tuple[str, ...] = ()) -> None:
+        """--scratch: forget everything saved (but the folders in `keep`)."""
         for p in self.root.iterdir():
-            if p.name in ("frontier", "spill") and p.is_dir():
+            if p.name in ("frontier", "spill", "schedule") and p.is_dir() and p.name not in keep:
                 shutil.rmtree(p)
             elif p.name in ("meta.json", "done", "done.tmp") or p.name.startswith(
                     ("journal.", "checkpoint", "robots.", "sites.")) or p.suffix == ".bitmap":
@@ -226,12 +234,15 @@ class StateDir:
 
     def write_checkpoint(
         self, frontier: dict[int, Position], spill: dict[str, Position], jobs: Iterable[Job],
-        urls_seen: int = 0,
+        urls_seen: int = 0, schedule: object = None,
     ) -> None:
-        """Durably replace the checkpoint (temporary file, fsync, rename, fsync the folder)."""
+        """Durably replace the checkpoint (temporary file, fsync, rename, fsync the folder);
+        `schedule`: recrawl's schedule position (JSON), absent without recrawl."""
         fields: dict[str, object] = {"frontier": frontier, "spill": spill}
         if urls_seen:  # absent means none (and older checkpoints have no count)
             fields["urls_seen"] = urls_seen
+        if schedule is not None:
+            fields["schedule"] = schedule
         cursors = json.dumps(fields, separators=(",", ":")) + "\n"
         head = cursors.encode("utf-8", "surrogateescape")
         crc, count, jobs = zlib.crc32(head), 1, list(jobs)

@@ -14,6 +14,10 @@ politely like a page and calls `parse` on its body instead of the link extractor
   not the protocol's 50 MB: sitemaps are read concurrently like pages, and each must cost
   no more memory than a page may.
 
+With `recrawl on`, a urlset's `<lastmod>` values are read too (`lastmods`): a page listed as
+modified after its last fetch is due again (`stages/revisits.py` decides, per site, whether the
+site's lastmod values have proved true).
+
 `<loc>` values are found with a regular expression rather than an XML parser: a sitemap from
 the web may be broken or hostile (entity expansion), and only the `<loc>` elements matter.
 """
@@ -21,9 +25,11 @@ the web may be broken or hostile (entity expansion), and only the `<loc>` elemen
 from __future__ import annotations
 
 import html
+import itertools
 import re
 import zlib
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 MAX_URLS = 50_000
 MAX_BYTES = 10 * 1024 * 1024  # the default maxPageSize (see the module's docstring)
@@ -33,6 +39,10 @@ _INDEX = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?sitemapindex[\s>]")
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+_ENTRY = re.compile(rb"<url[\s>](.*?)</url>", re.I | re.S)
+_LASTMOD = re.compile(rb"<lastmod>\s*([^<]*?)\s*</lastmod>", re.I)
+
+
 @dataclass(slots=True)
 class Sitemap:
     """What one sitemap file listed."""
@@ -40,6 +50,34 @@ class Sitemap:
     is_index: bool
     urls: list[str]  # as written (XML-unescaped), at most MAX_URLS
     dropped: int  # URLs beyond MAX_URLS (or cut off by MAX_BYTES: at least 1)
+
+
+def lastmods(data: bytes, limit_urls: int = MAX_URLS,
+             limit_bytes: int = MAX_BYTES) -> list[tuple[str, float]]:
+    """A urlset's `<url>` entries that give a `<lastmod>`: (URL as written, Unix time); the
+    W3C datetime forms (a date alone is its midnight UTC), unreadable ones left out."""
+    data, _ = inflate(data, limit_bytes)
+    out: list[tuple[str, float]] = []
+    for m in itertools.islice(_ENTRY.finditer(data, 0, limit_bytes), limit_urls):
+        entry = m.group(1)
+        loc, mod = _LOC.search(entry), _LASTMOD.search(entry)
+        if loc is None or mod is None:
+            continue
+        when = w3c_time(mod.group(1).decode("ascii", "replace"))
+        if when is not None:
+            out.append((html.unescape(loc.group(1).decode("utf-8", "replace")), when))
+    return out
+
+
+def w3c_time(text: str) -> float | None:
+    """A sitemap's W3C datetime as Unix time (no zone: UTC); None when unreadable."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
 
 
 class SitemapError(Exception):

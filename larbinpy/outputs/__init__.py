@@ -175,7 +175,8 @@ class Outputs:
         """Hand a page to every output that wants it, and to the hook; never raises."""
         if not self.wanted(page):
             return
-        ok = 200 <= page.status < 300
+        # a revisit that found the copy kept (recrawl) is only an archive's record of it
+        ok = 200 <= page.status < 300 and page.revisit is None
         targets = enumerate(self.outputs) if ok else self.archives  # archives: any status
         for i, out in targets:
             self._deliver(i, out.write, page)

@@ -7,7 +7,10 @@ as received, body before content-decoding, so `Content-Encoding` stays truthful)
 `WARC-Target-URI`, `WARC-Date`, `WARC-IP-Address` and SHA-1 payload and block digests. Every
 status is archived, robots.txt fetches too. A noDup duplicate whose exact payload this run has
 already archived becomes a `revisit` record pointing at the original; otherwise it is archived
-in full (a revisit must name a payload that exists).
+in full (a revisit must name a payload that exists). With `recrawl on`, a revisit that found
+the copy kept (`Page.revisit`) is a `revisit` record too: profile `server-not-modified` for a
+304, `identical-payload-digest` for the same body, naming the original capture's URI, date
+and payload digest (the schedule keeps them), so a replay tool shows every capture.
 
 aiohttp hands the body de-chunked, so a `Transfer-Encoding` header is renamed
 `X-Larbinpy-Transfer-Encoding` in the record (a reader would otherwise de-chunk it again).
@@ -20,6 +23,7 @@ file starts once one reaches `warcMaxSize`. Records are written whole or not at 
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import logging
@@ -57,6 +61,7 @@ GZIP_LEVEL = 6  # gzip's default: files a little bigger than 9's for much less C
 # is most of what a record costs (figures, and why not ISA-L: docs/benchmarks.md)
 REVISIT_MEMORY = 100_000  # payload digests remembered for revisit records (~150 B each)
 RENAMED_TRANSFER_ENCODING = b"X-Larbinpy-Transfer-Encoding"
+REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/"  # + records.Revisit.profile
 
 
 def make(cfg: Config) -> WarcOutput:
@@ -230,7 +235,9 @@ class WarcOutput(Archive):
         )
         digest = payload_digest(payload)
         original = self.archived.get(digest) if duplicate else None
-        if original is not None:
+        if page.revisit is not None:  # recrawl: a 304, or the body of the copy kept
+            resp = self._recrawl_revisit(page, resp_headers, extra)
+        elif original is not None:
             uri, when, record_id = original
             resp = self.writer.create_revisit_record(
                 page.url, digest, uri, when, http_headers=resp_headers, warc_headers_dict=extra)
@@ -246,8 +253,24 @@ class WarcOutput(Archive):
         data = self._serialise(req, resp)
         self._append(data)
         self.records += 2
-        if original is None and 200 <= page.status < 300:
+        if original is None and page.revisit is None and 200 <= page.status < 300:
             self._remember(digest, page.url, date, resp.rec_headers.get_header("WARC-Record-ID"))
+
+    def _recrawl_revisit(self, page: Page, http_headers: RawHttpHeaders,
+                         extra: dict[str, str]) -> Any:
+        """A revisit record of the original capture the recrawl kept: its URI, date and
+        payload digest, with the profile of what this fetch found (a 304, an identical body)."""
+        revisit = page.revisit
+        assert revisit is not None
+        digest = "sha1:" + base64.b32encode(revisit.payload_digest).decode("ascii")
+        # a 304's record has no block: its headers would replay (pywb) as a 304 without a
+        # body instead of the original capture it stands for
+        record = self.writer.create_revisit_record(
+            page.url, digest, revisit.refers_to_uri, warc_date(revisit.refers_to_date),
+            http_headers=http_headers if revisit.profile != "server-not-modified" else None,
+            warc_headers_dict=extra)
+        record.rec_headers.replace_header("WARC-Profile", REVISIT_PROFILE + revisit.profile)
+        return record
 
     def _serialise(self, req: Any, resp: Any) -> bytes:
         """Response then request, each its own gzip member, linked by WARC-Concurrent-To."""

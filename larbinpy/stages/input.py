@@ -111,6 +111,9 @@ class Input:
         self.stats = stats
         self.admission = admission  # where new jobs go (the local FIFO, or a cluster's Redis)
         self.on_queued = on_queued  # wakes the sequencer after a restore
+        # recrawl: a forced submission of a page the schedule knows makes it due now (True)
+        # rather than queueing it a second time
+        self.make_due: Callable[[str], bool] | None = None
 
     def submit(
         self, urls: Iterable[str | tuple[str, int]], priority: int = 0, depth: int | None = None,
@@ -134,8 +137,11 @@ class Input:
         fresh_set = set(fresh)
         dup = REASONS[Outcome.urlDup]
         rejected += [(raw, dup) for u, (raw, _) in candidates.items() if u not in fresh_set]
+        accepted = len(fresh)
+        if force and self.make_due is not None:  # recrawl: a known page is due now instead
+            fresh = [u for u in fresh if not self.make_due(u)]
         self._queue([Job(u, depth, priority, 0, candidates[u][1]) for u in fresh], force)
-        return Submission(len(fresh), rejected)
+        return Submission(accepted, rejected)
 
     def add_links(self, parent: Job, page_url: str, links: list[str]) -> None:
         """A page's links (absolute, normalized, de-duplicated): queue the new in-scope ones."""
@@ -178,9 +184,11 @@ class Input:
         if not self.seen.missing([target]):
             self.stats.count(Outcome.urlDup)
             return
-        # the tag and the kind (a redirected sitemap is still a sitemap) travel with it
-        self._queue([Job(target, parent.depth, parent.priority, parent.hops + 1, parent.tag,
-                         parent.kind, via=parent.url)])
+        # the tag and the kind (a redirected sitemap is still a sitemap) travel with it; the
+        # target of a revisit is a page of its own, never fetched yet
+        kind = JobKind.PAGE if parent.kind is JobKind.REVISIT else parent.kind
+        self._queue([Job(target, parent.depth, parent.priority, parent.hops + 1,
+                         parent.tag, kind, via=parent.url)])
 
     def add_sitemaps(self, base: str, urls: Iterable[str], nesting: int) -> None:
         """Sitemap files (robots.txt's `Sitemap:` lines, or an index's): sitemap jobs whose
@@ -189,21 +197,25 @@ class Input:
             self.stats.count(Outcome.tooDeep)
             return
         prio = self.cfg.sitemap_priority
+        # recrawl: a sitemap is read again each time robots.txt (or its index) is, seen or not
         self._add_listed(base, urls,
-                         lambda u: Job(u, nesting, prio, 0, 0, JobKind.SITEMAP, via=base))
+                         lambda u: Job(u, nesting, prio, 0, 0, JobKind.SITEMAP, via=base),
+                         again=self.cfg.recrawl)
 
     def add_sitemap_urls(self, base: str, urls: Iterable[str]) -> None:
         """Page URLs a sitemap lists: entry points with the full `depthInSite`."""
         depth, prio = self.cfg.depth_in_site, self.cfg.sitemap_priority
         self._add_listed(base, urls, lambda u: Job(u, depth, prio, via=base))
 
-    def _add_listed(self, base: str, urls: Iterable[str], make: Callable[[str], Job]) -> None:
-        """URLs listed by robots.txt or a sitemap at `base`: resolved, scoped, de-duplicated."""
+    def _add_listed(self, base: str, urls: Iterable[str], make: Callable[[str], Job],
+                    again: bool = False) -> None:
+        """URLs listed by robots.txt or a sitemap at `base`: resolved, scoped, de-duplicated
+        (`again`: queued even when seen before)."""
         resolved = dict.fromkeys(
             u for u in (self.normalizer.resolve(base, raw.strip()) for raw in urls) if u)
         if not resolved:
             return
-        fresh = self.seen.missing(list(resolved))
+        fresh = list(resolved) if again else self.seen.missing(list(resolved))
         self.stats.count(Outcome.urlDup, len(resolved) - len(fresh))
         here = site_key(base)
         jobs: list[Job] = []
@@ -215,7 +227,7 @@ class Input:
                 self.stats.count(reason)
                 continue
             jobs.append(make(url))
-        self._queue(jobs)
+        self._queue(jobs, again)
 
     def restore(self, jobs: list[Job]) -> None:
         """Jobs saved by a checkpoint: back on the FIFOs, already in the seen-set."""

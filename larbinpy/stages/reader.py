@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import xxhash
 from yarl import URL
@@ -49,7 +49,10 @@ from larbinpy.stages.robots import Robots
 from larbinpy.stages.sitemaps import take_sitemap
 from larbinpy.stats import Outcome, Stats
 
-Answer = Any  # an aiohttp.ClientResponse or an http1.Response: both read alike (http1.py)
+if TYPE_CHECKING:  # imported with `recrawl on` only (crawler.py)
+    from larbinpy.stages.revisits import Answer, Revisits
+
+Response = Any  # an aiohttp.ClientResponse or an http1.Response: both read alike (http1.py)
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.\-]*):")
 
 
@@ -57,14 +60,15 @@ class Exchange:
     """One fetch on its way through the reader: when it started, and what its crawl-log line
     says of the answer (set as the answer is read) or of the failure (`note`)."""
 
-    __slots__ = ("ctype", "nbytes", "note", "start", "status")
+    __slots__ = ("answer", "ctype", "nbytes", "note", "start", "status")
 
-    def __init__(self, start: float) -> None:
+    def __init__(self, start: float, answer: Answer | None = None) -> None:
         self.start = start
         self.status: int | None = None
         self.ctype: str | None = None
         self.nbytes = 0  # bytes on the wire, when the body was read
         self.note: str | None = None  # a timeout: which limit ran out
+        self.answer = answer  # recrawl: what the scheduler is told of this fetch
 
 
 class Reader:
@@ -104,6 +108,7 @@ class Reader:
         self.cookies = CookieJar() if cfg.cookies else None
         self.parser = parser  # 2xx pages go on to it (links, outputs)
         self.crawl_log = crawl_log  # each job's final line
+        self.revisits: Revisits | None = None  # recrawl on: validators, digests, the schedule
 
     def refused(self, site: Site, job: Job) -> bool:
         """Must this job not be requested at all? (If so, its outcome is counted here.)
@@ -113,13 +118,14 @@ class Reader:
         A job that reached its outcome before a crash (after the last checkpoint) is skipped
         without a count: it was counted and logged then.
         """
-        if self.crawl_log.finished_before(job.url):
-            return True
+        if self.crawl_log.finished_before(job.url) and job.kind is not JobKind.REVISIT:
+            return True  # (a revisit's truth is the schedule: `fetch` skips a stale one)
         if not self.robots.allowed(site, job.url):
             self.stats.count(Outcome.forbiddenRobots)
             self.crawl_log.record(job, Outcome.forbiddenRobots)
             return True
-        if self.cfg.max_pages_per_site and site.pages >= self.cfg.max_pages_per_site:
+        if (self.cfg.max_pages_per_site and site.pages >= self.cfg.max_pages_per_site
+                and job.kind is not JobKind.REVISIT):  # the limit counts pages, not visits
             self.stats.count(Outcome.outOfScope)
             self.crawl_log.record(job, Outcome.outOfScope)
             return True
@@ -134,21 +140,37 @@ class Reader:
             await asyncio.sleep(0)
         if not self.outputs.ready:  # storage full or a slow hook: back-pressure, not memory
             await self.outputs.wait_ready()
-        self.sites.count_page(site)
-        ex = Exchange(time.monotonic())
-        kind = await self._request(site, job, ex)
+        answer, headers = None, None
+        if self.revisits is not None:
+            if job.kind is JobKind.REVISIT:
+                answer, headers = self.revisits.prepare(site, job)
+                if answer is None:  # stale: fetched and scheduled again since it was popped
+                    return
+            elif job.kind is JobKind.PAGE:
+                answer = self.revisits.first_answer()
+        if job.kind is not JobKind.REVISIT:  # maxPagesPerSite counts pages, not visits
+            self.sites.count_page(site)
+        ex = Exchange(time.monotonic(), answer)
+        kind = await self._request(site, job, ex, headers)
         self.stats.count(kind)
+        if answer is not None:
+            answer.elapsed = time.monotonic() - ex.start
         if kind is not Outcome.backedOff:  # a job sent back to its queue ends later
             self.crawl_log.record(job, kind, ex.status, ex.nbytes,
                                   round((time.monotonic() - ex.start) * 1000), ex.ctype,
-                                  ex.note)
+                                  ex.note, answer)
+        elif self.revisits is not None and job.kind is JobKind.REVISIT:
+            self.revisits.release(job)  # it comes back through its site's queue
 
-    async def _request(self, site: Site, job: Job, ex: Exchange) -> Outcome:
-        """Send the request and read the response: the outcome kind."""
-        headers = None
+    async def _request(self, site: Site, job: Job, ex: Exchange,
+                       headers: dict[str, str] | None = None) -> Outcome:
+        """Send the request (with `headers` besides the usual ones: a revisit's validators)
+        and read the response: the outcome kind."""
         if self.cookies is not None:
             cookie = self.cookies.header(site.key, _path(job.url, site.key))
-            headers = {"Cookie": cookie} if cookie else None
+            if cookie:
+                headers = {**(headers or {}), "Cookie": cookie}
+        headers = headers or None
         try:
             plain = split_http_url(job.url) if self.http1 is not None else None
             if plain is not None and self.http1 is not None:
@@ -167,18 +189,23 @@ class Reader:
                 ex.note = failure_note(exc, self.session)
             return kind
 
-    async def _answered(self, site: Site, job: Job, resp: Answer, ex: Exchange) -> Outcome:
+    async def _answered(self, site: Site, job: Job, resp: Response, ex: Exchange) -> Outcome:
         """Keep the site's cookies, then route the response."""
         if self.cookies is not None and "Set-Cookie" in resp.headers:
             cookies = resp.headers.getall("Set-Cookie")
             self.cookies.store(site.key, _path(job.url, site.key), cookies)
         return await self._response(site, job, resp, ex)
 
-    async def _response(self, site: Site, job: Job, resp: Answer, ex: Exchange) -> Outcome:
+    async def _response(self, site: Site, job: Job, resp: Response, ex: Exchange) -> Outcome:
         """Route one response by status: the outcome kind."""
         self.stats.pages += 1
         status = ex.status = resp.status
         ex.ctype = resp.content_type
+        answer = ex.answer
+        if answer is not None and self.revisits is not None:  # recrawl on
+            self.revisits.answered(answer, resp)
+            if status == 304 and answer.conditional:
+                return await self._revisited(site, job, resp, ex, Outcome.notModified)
         if status not in BACK_OFF_STATUSES:
             self.backoff.answered(site)
         elif self.backoff.retry(site, job, resp.headers.get("Retry-After"),
@@ -194,25 +221,46 @@ class Reader:
                     else Outcome.badType)
         return await self._archived(site, job, resp, ex, kind)
 
-    async def _ok(self, site: Site, job: Job, resp: Answer, ex: Exchange) -> Outcome:
+    async def _ok(self, site: Site, job: Job, resp: Response, ex: Exchange) -> Outcome:
         """A 2xx: a sitemap's URLs to input; a page of a wanted type to the parser, unless
         noDup has seen its body."""
         if job.kind == JobKind.SITEMAP:
             page = await self._page(site, job, resp, ex, SITEMAP_MAX_BYTES, truncate=True)
             if self.keep_raw:  # archived like robots.txt, not as a page of the crawl
                 self.parser.pass_on(self.outputs.record_robots, page)
-            return take_sitemap(job, page.body, self.input, self.stats)
+            return take_sitemap(job, page.body, self.input, self.stats,
+                                None if self.revisits is None else self.revisits.lastmod)
         if not self._wanted_type(resp.content_type, job.url):
             return Outcome.badType
         page = await self._page(site, job, resp, ex)
+        if self.revisits is not None and ex.answer is not None:
+            payload = page.raw_body if page.raw_body is not None else page.body
+            if self.revisits.unchanged(ex.answer, payload):
+                return self._as_kept(page, ex, Outcome.unchanged)
         if self.contents is not None and self._seen_body(page.body):
             self.parser.pass_on(self.outputs.record_duplicate, page)  # archives: a revisit
             return Outcome.duplicate
         self.parser.take(page)  # links, outputs, input
         return Outcome.success
 
+    async def _revisited(self, site: Site, job: Job, resp: Response, ex: Exchange,
+                         kind: Outcome) -> Outcome:
+        """A 304 to a revisit's validators: the copy kept is current."""
+        if not self.keep_raw:
+            return kind
+        return self._as_kept(await self._page(site, job, resp, ex), ex, kind)
+
+    def _as_kept(self, page: Page, ex: Exchange, kind: Outcome) -> Outcome:
+        """A revisit that found the copy kept: archives record a revisit of the original
+        capture; nothing else sees it (no new content, no links to follow)."""
+        assert self.revisits is not None
+        page.revisit = self.revisits.revisit_of(ex.answer, page.url, kind)
+        if self.keep_raw and page.revisit is not None:
+            self.parser.pass_on(self.outputs.write, page)
+        return kind
+
     async def _archived(
-        self, site: Site, job: Job, resp: Answer, ex: Exchange, kind: Outcome
+        self, site: Site, job: Job, resp: Response, ex: Exchange, kind: Outcome
     ) -> Outcome:
         """An answer that is not a page of the crawl: `kind`, after handing the exchange to
         the archives (when there are any: they want every exchange)."""
@@ -221,7 +269,7 @@ class Reader:
         return kind
 
     async def _page(
-        self, site: Site, job: Job, resp: Answer, ex: Exchange,
+        self, site: Site, job: Job, resp: Response, ex: Exchange,
         limit: int | None = None, truncate: bool = False,
     ) -> Page:
         """Read the body under the limits and describe the exchange."""

@@ -36,7 +36,7 @@ import asyncio
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from protego import Protego
 from yarl import URL
@@ -133,6 +133,68 @@ class SharedRules:
         return parsed
 
 
+Answer = tuple[int | None, bytes, str | None, float | None]  # `Robots._get_one`'s
+
+
+class RecentAnswers:
+    """The answers of the robots.txt URLs fetched in the last `ttl` seconds, by URL, so two
+    sites whose robots.txt chains meet (an apex redirecting to its www.) cost one request for
+    the URL they share: a fetch of a URL already on the wire waits for that one. Failures
+    (unreachable, 5xx, 429) are not kept: each site retries on its own clock. Bounded in
+    entries and in the bytes of the bodies kept (the oldest are forgotten)."""
+
+    MAX_ENTRIES = 4096
+    MAX_BYTES = 8 << 20
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self.entries: OrderedDict[str, tuple[float, asyncio.Future[Answer]]] = OrderedDict()
+        self.nbytes = 0  # body bytes of the answers kept
+
+    async def get(self, url: str, fetch: Callable[[str, Reservation | None],
+                                                  Awaitable[Answer]],
+                  held: Reservation | None) -> Answer:
+        """The answer for `url`: a recent one, the one on the wire, or `fetch`'s."""
+        now = time.monotonic()
+        entry = self.entries.get(url)
+        if entry is not None and (entry[0] > now or not entry[1].done()):
+            return await asyncio.shield(entry[1])
+        if entry is not None:
+            self._forget(url)
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self.entries[url] = (now + self.ttl, future)
+        try:
+            answer = await fetch(url, held)
+        except BaseException as exc:
+            self._forget(url, future)
+            if isinstance(exc, asyncio.CancelledError):
+                future.cancel()
+            else:
+                future.set_exception(exc)
+                future.exception()  # retrieved: waiters get it, nobody else must
+            raise
+        status = answer[0]
+        kept = status is not None and status < 500 and status != 429
+        if not kept:
+            self._forget(url, future)
+        future.set_result(answer)
+        if kept and url in self.entries:
+            self.nbytes += len(answer[1])
+            while len(self.entries) > self.MAX_ENTRIES or self.nbytes > self.MAX_BYTES:
+                self._forget(next(iter(self.entries)))
+        return answer
+
+    def _forget(self, url: str, future: asyncio.Future[Answer] | None = None) -> None:
+        """Drop `url`'s entry (only if it is still `future`'s, when given)."""
+        entry = self.entries.get(url)
+        if entry is None or (future is not None and entry[1] is not future):
+            return
+        del self.entries[url]
+        done = entry[1]
+        if done.done() and not done.cancelled() and done.exception() is None:
+            self.nbytes -= len(done.result()[1])
+
+
 class Robots:
     """Fetches, parses and applies robots.txt per site."""
 
@@ -160,6 +222,9 @@ class Robots:
         self.store = store
         # the process's document memory: a robots.txt body holds its bytes until parsed
         self.memory = memory
+        # one request per robots.txt URL: an apex's robots.txt redirecting to its www.'s is
+        # the www. site's answer too, for robotsTtl
+        self.answers = RecentAnswers(cfg.robots_ttl)
 
     def needs_fetch(self, site: Site, now: float) -> bool:
         """Must robots.txt be (re)fetched before the next page of this site?"""
@@ -221,7 +286,7 @@ class Robots:
         their memory from `held`."""
         try:
             for _ in range(MAX_ROBOTS_REDIRECTS + 1):
-                status, data, target, wait = await self._get_one(url, held)
+                status, data, target, wait = await self.answers.get(url, self._get_one, held)
                 if target is None:
                     return status, data, wait
                 url = target

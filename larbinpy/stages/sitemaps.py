@@ -13,15 +13,21 @@ a sitemap job does not record which robots.txt named it.)
 
 from __future__ import annotations
 
-from larbinpy.links.sitemaps import SitemapError, parse
+from collections.abc import Callable
+
+from larbinpy.links.sitemaps import SitemapError, lastmods, parse
 from larbinpy.links.urls import Normalizer, host_of
 from larbinpy.records import Job
 from larbinpy.stages.input import Input
 from larbinpy.stats import Outcome, Stats
 
+LASTMOD_CHECKS = 1000  # recrawl: a sitemap's newest lastmods looked up in the schedule
 
-def take_sitemap(job: Job, body: bytes, input_stage: Input, stats: Stats) -> Outcome:
-    """A sitemap's URLs to input: the fetch's outcome (badEncoding if it does not inflate)."""
+
+def take_sitemap(job: Job, body: bytes, input_stage: Input, stats: Stats,
+                 modified: Callable[[str, float], None] | None = None) -> Outcome:
+    """A sitemap's URLs to input: the fetch's outcome (badEncoding if it does not inflate).
+    `modified` (recrawl): told each listed page of the sitemap's host with its `<lastmod>`."""
     try:
         found = parse(body)
     except SitemapError:
@@ -33,6 +39,12 @@ def take_sitemap(job: Job, body: bytes, input_stage: Input, stats: Stats) -> Out
         input_stage.add_sitemaps(job.url, urls, job.depth - 1)
     else:
         input_stage.add_sitemap_urls(job.url, urls)
+        if modified is not None:  # the newest first, LASTMOD_CHECKS at most
+            listed = sorted(lastmods(body), key=lambda e: -e[1])[:LASTMOD_CHECKS]
+            own, _ = own_host_urls(job.url, [u for u, _ in listed], input_stage.normalizer)
+            times = {input_stage.normalizer.resolve(job.url, u.strip()): t for u, t in listed}
+            for url in own:
+                modified(url, times[url])
     return Outcome.success
 
 

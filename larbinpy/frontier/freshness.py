@@ -1,0 +1,307 @@
+"""Recrawl math: how often a page changes, and how often to revisit it for a site's budget.
+
+Pure functions, no I/O. The crawler calls `observe` after every revisit (the page's estimator
+state lives in its schedule record as a few opaque bytes), `rate` to read the estimate, and a
+site's `SiteBudget.schedule` to turn that rate into the page's next interval. The bench calls
+`freshness`, `uniform` and `optimal_allocation` to grade a crawl against the true rates.
+
+Model (Cho & Garcia-Molina). A page changes as a Poisson process of rate lambda (1/s). Revisited
+every I seconds, the copy is fresh a share F(lambda, I) = (1 - e^(-lambda I)) / (lambda I) of
+the time.
+
+Estimator ("Estimating frequency of change", ACM TOIT 2003). A revisit after t seconds tells:
+- without a trusted Last-Modified, only whether the page changed. The likelihood of n_c changed
+  visits (intervals t_i) and unchanged ones (total time U) peaks where
+  sum_i t_i / (e^(lambda t_i) - 1) = U. We keep the changed intervals as their count and sum and
+  solve with each t_i replaced by their mean t_c: exact when the intervals are regular, where it
+  is Cho's -log((n - X) / n) / I; the irregular case costs one Newton solve;
+- with a trusted Last-Modified L inside (previous fetch, fetch]: a change happened at L and none
+  since, so the visit adds one change and (fetch - L) seconds of exposure: the density of
+  "last change at L" is lambda e^(-lambda (fetch - L)). Such visits add n_lm / lambda to the
+  left-hand side. Seeing the change time makes this estimator far less noisy.
+A new page starts from a prior: PRIOR_CHANGES changes seen at the prior rate (the crawler
+passes 1 / recrawlMin), so its first interval is about recrawlMin. Cho's bias correction of the
+regular estimator, -log((n - X + 0.5) / (n + 0.5)) / I, is kept as half an unchanged visit of
+the mean changed interval (it keeps the rate finite when every visit saw a change). Evidence,
+the prior's included, decays by a factor (1 - 1/MEMORY) a visit: a page whose rate changes is
+re-learned within a few MEMORY visits, and one that never changes goes to rate 0 (recrawlMax).
+State: 8 bytes (two counts, two times on a log scale, as half floats).
+
+Optimiser ("Effective page refresh policies", ICDE 2003). With frequency f = 1/I and
+x = lambda I, dF/df = (1 - (1 + x) e^(-x)) / lambda. Maximising the sum of F over a site's pages
+with sum f = B (the site's revisit capacity, fetches/s) gives dF/df = mu for every page: x solves
+1 - (1 + x) e^(-x) = mu lambda. Since the left side is below 1, a page with lambda >= 1/mu (it
+changes faster than the budget can follow) gets no visits at all: its interval goes to
+recrawlMax. Each page's objective is concave in f, so the box lo <= I <= hi is a clamp.
+`SiteBudget` finds mu per site by dual ascent: it tracks the site's scheduled demand
+(sum of 1/I over its pages) and moves mu multiplicatively toward demand = capacity.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+
+MEMORY = 16.0  # visits of evidence kept: each visit multiplies the old evidence by 1 - 1/MEMORY
+PRIOR_CHANGES = 0.1  # weight of the prior, in changes seen at the prior rate
+_STATE = struct.Struct("<eeee")  # changes without LM, with LM, log2(1 + seconds) x 2
+STATE_BYTES = _STATE.size
+_NEWTON_STEPS = 60
+
+
+# --- freshness of a schedule ---
+
+
+def freshness(rate: float, interval: float) -> float:
+    """Time-averaged freshness of a page changing at `rate` (1/s) revisited every `interval` s."""
+    if rate <= 0.0:
+        return 1.0  # a page that never changes stays fresh, however rarely it is fetched
+    x = rate * interval
+    if x <= 1e-12:
+        return 1.0
+    if math.isinf(x):
+        return 0.0
+    return -math.expm1(-x) / x
+
+
+def mean_freshness(rates: Sequence[float], intervals: Sequence[float]) -> float:
+    """Mean freshness of pages of these rates, revisited at these intervals."""
+    if not rates:
+        return 1.0
+    return sum(map(freshness, rates, intervals)) / len(rates)
+
+
+def uniform(rates: Sequence[float], budget: float) -> float:
+    """Mean freshness when every page is revisited equally often with `budget` fetches/s."""
+    if not rates:
+        return 1.0
+    interval = len(rates) / budget if budget > 0 else math.inf
+    return mean_freshness(rates, [interval] * len(rates))
+
+
+# --- the optimiser ---
+
+
+def _gain_inverse(y: float) -> float:
+    """x >= 0 with 1 - (1 + x) e^(-x) = y, for 0 <= y < 1 (inf for y >= 1)."""
+    if y <= 0.0:
+        return 0.0
+    if y >= 1.0:
+        return math.inf
+    # Both starts are below the root: g(x) <= x^2 / 2, and x = L + log(1 + L) with
+    # L = -log(1 - y) has x - log(1 + x) <= L. Safeguarded Newton inside a bracket.
+    big = -math.log1p(-y)
+    a = max(math.sqrt(2.0 * y), big + math.log1p(big))
+    b = 2.0 * a + 2.0
+    while _gain(b) < y:
+        a, b = b, 2.0 * b
+    x = a
+    for _ in range(_NEWTON_STEPS):
+        g = _gain(x) - y
+        if g < 0:
+            a = x
+        else:
+            b = x
+        slope = x * math.exp(-x)
+        nxt = x - g / slope if slope > 0 else (a + b) / 2
+        if not a < nxt < b:
+            nxt = (a + b) / 2
+        if abs(nxt - x) <= 1e-12 * max(1.0, x):
+            return nxt
+        x = nxt
+    return x
+
+
+def _gain(x: float) -> float:
+    """lambda * dF/df at x = lambda I: 1 - (1 + x) e^(-x), rising from 0 to 1."""
+    return -math.expm1(-x) - x * math.exp(-x)
+
+
+def interval(rate: float, mu: float, lo: float, hi: float) -> float:
+    """The interval maximising freshness at the site's multiplier mu (dF/df = mu), in [lo, hi]."""
+    if rate <= 0.0 or mu * rate >= 1.0:
+        return hi  # never changes, or changes faster than the budget can follow
+    if mu <= 0.0:
+        return lo
+    return min(hi, max(lo, _gain_inverse(mu * rate) / rate))
+
+
+def _demand(rates: Sequence[float], mu: float, lo: float, hi: float) -> float:
+    """Fetches/s the site's pages ask for at multiplier mu."""
+    return sum(1.0 / interval(r, mu, lo, hi) for r in rates)
+
+
+def optimal_mu(rates: Sequence[float], budget: float, lo: float = 0.0,
+               hi: float = math.inf) -> float:
+    """The multiplier whose intervals spend exactly `budget` fetches/s (bisection on log mu)."""
+    changing = [r for r in rates if r > 0]
+    if not changing:
+        return math.inf
+    if lo > 0 and _demand(rates, 0.0, lo, hi) <= budget:
+        return 0.0  # every page at lo fits the budget
+    a, b = 1e-12 / max(changing), 1.0 / min(changing)
+    for _ in range(200):
+        m = math.sqrt(a * b)
+        if _demand(rates, m, lo, hi) > budget:
+            a = m
+        else:
+            b = m
+        if b / a < 1 + 1e-12:
+            break
+    return b
+
+
+def optimal_allocation(rates: Sequence[float], budget: float, lo: float = 0.0,
+                       hi: float = math.inf) -> list[float]:
+    """Intervals maximising the mean freshness of pages of known rates for `budget` fetches/s."""
+    mu = optimal_mu(rates, budget, lo, hi)
+    return [interval(r, mu, lo, hi) for r in rates]
+
+
+def failure_interval(failures: int, lo: float, hi: float) -> float:
+    """Interval before retrying a page that failed `failures` times in a row: lo doubling, to hi."""
+    if failures <= 0:
+        return lo
+    return min(hi, lo * 2.0 ** min(failures - 1, 64))
+
+
+class SiteBudget:
+    """One site's multiplier mu, moved so its scheduled revisit demand meets its capacity.
+
+    The demand is the sum of 1/I over the site's scheduled pages, kept incrementally: every
+    (re)scheduling says the page's old interval (None for a new page) and its new one. After
+    each, log mu moves by GAIN * (demand - capacity) / capacity / pages: a full round of the
+    site's pages moves it by about GAIN times the relative excess, which is as fast as the
+    demand itself can follow (a page's new interval counts only once it is rescheduled).
+    State: `to_bytes()` (20 bytes) for the site's record.
+    """
+
+    GAIN = 1.0
+    MU_MIN, MU_MAX = 1e-9, 1e12
+    _PACK = struct.Struct("<ddI")
+
+    def __init__(self, capacity: float, mu: float | None = None, demand: float = 0.0,
+                 pages: int = 0) -> None:
+        self.capacity = capacity  # revisit fetches/s the site's politeness allows
+        self.mu = mu if mu is not None else 0.0  # 0: set from the first page's lo
+        self.demand = demand
+        self.pages = pages
+
+    def schedule(self, rate: float, lo: float, hi: float,
+                 old_interval: float | None = None) -> float:
+        """The page's next interval at the site's mu; the demand and mu follow."""
+        if self.mu <= 0.0:
+            # A new site: start where the prior puts a new page at about lo (mu * lambda
+            # = 0.1 at lambda = 1/lo), then let the controller raise it.
+            self.mu = 0.1 * lo
+        new = interval(rate, self.mu, lo, hi)
+        self.account(old_interval, new)
+        return new
+
+    def account(self, old_interval: float | None, new_interval: float | None) -> None:
+        """Record that a page's interval changed (None: no page before / after), then step mu."""
+        if old_interval is None:
+            self.pages += 1
+        else:
+            self.demand -= 1.0 / old_interval
+        if new_interval is None:
+            self.pages = max(0, self.pages - 1)
+        else:
+            self.demand += 1.0 / new_interval
+        self.demand = max(0.0, self.demand)
+        self._step()
+
+    def _step(self) -> None:
+        """One dual-ascent step of log mu toward demand = capacity."""
+        if self.capacity <= 0.0 or self.pages == 0 or self.mu <= 0.0:
+            return
+        excess = (self.demand - self.capacity) / self.capacity
+        step = self.GAIN * max(-1.0, min(1.0, excess)) / self.pages
+        self.mu = min(self.MU_MAX, max(self.MU_MIN, self.mu * math.exp(step)))
+
+    def to_bytes(self) -> bytes:
+        """The state to keep in the site's record."""
+        return self._PACK.pack(self.mu, self.demand, self.pages)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, capacity: float) -> SiteBudget:
+        """A budget from `to_bytes()` (a new one for b"")."""
+        if not data:
+            return cls(capacity)
+        mu, demand, pages = cls._PACK.unpack(data)
+        return cls(capacity, mu, demand, pages)
+
+
+# --- the estimator ---
+
+
+def _unpack(stats: bytes) -> tuple[float, float, float, float]:
+    """(changes seen without LM, with LM, their summed intervals, unchanged exposure)."""
+    n_c, n_lm, s_c, u = _STATE.unpack(stats)
+    return n_c, n_lm, math.exp2(s_c) - 1.0, math.exp2(u) - 1.0
+
+
+def _pack(n_c: float, n_lm: float, s_c: float, u: float) -> bytes:
+    """The state: half floats, the times on a log scale (0.05% apart)."""
+    def seconds(t: float) -> float:
+        return min(65000.0, math.log2(1.0 + max(0.0, t)))
+
+    return _STATE.pack(min(n_c, 65000.0), min(n_lm, 65000.0), seconds(s_c), seconds(u))
+
+
+def observe(stats: bytes, fetched_at: float, previous_fetch: float, changed: bool,
+            last_modified: float | None = None, trust_lm: bool = False,
+            prior: float = 1.0 / 3600, memory: float = MEMORY) -> bytes:
+    """The estimator state after one visit at `fetched_at` (the last one: `previous_fetch`).
+
+    `changed`: the payload differs from the last capture (the digest is the truth).
+    `last_modified`: the answer's Last-Modified (Unix time), used when `trust_lm` and it falls
+    inside (previous_fetch, fetched_at]. A first fetch (previous_fetch 0) adds no evidence.
+    `prior` (1/s, e.g. 1 / recrawlMin) seeds a new state.
+    """
+    if len(stats) != STATE_BYTES:
+        stats = _pack(0.0, PRIOR_CHANGES, 0.0, PRIOR_CHANGES / prior)
+    t = fetched_at - previous_fetch
+    if previous_fetch <= 0 or t <= 0:
+        return stats
+    keep = 1.0 - 1.0 / max(1.0, memory)
+    n_c, n_lm, s_c, u = (v * keep for v in _unpack(stats))
+    lm_inside = last_modified is not None and previous_fetch < last_modified <= fetched_at
+    if not changed:
+        u += t
+    elif trust_lm and lm_inside:
+        assert last_modified is not None
+        n_lm += 1.0
+        u += fetched_at - last_modified
+    else:
+        n_c += 1.0
+        s_c += t
+    return _pack(n_c, n_lm, s_c, u)
+
+
+def rate(stats: bytes, prior: float = 1.0 / 3600) -> float:
+    """Estimated change rate (1/s) from the state; `prior` for a page without one."""
+    if len(stats) != STATE_BYTES:
+        return prior
+    n_c, n_lm, s_c, u = _unpack(stats)
+    if n_c < 1e-6 or s_c <= 0:
+        return n_lm / u if u > 0 else prior
+    t_c = s_c / n_c
+    exposure = u + 0.5 * t_c  # Cho's bias correction: half an unchanged visit
+    # Solve h(lam) = n_c t_c / (e^(lam t_c) - 1) + n_lm / lam - exposure = 0. h is convex and
+    # decreasing, and h >= s_c / 2 > 0 at lam0 = (n_c + n_lm) / (exposure + s_c) (from
+    # y / (e^y - 1) >= 1 - y / 2): Newton from there rises to the root, never past it.
+    lam = (n_c + n_lm) / (exposure + s_c)
+    for _ in range(_NEWTON_STEPS):
+        y = lam * t_c
+        if y > 700.0:  # every no-LM change is certain at this rate: n_lm / lam is left
+            return max(lam, n_lm / exposure)
+        em1 = math.expm1(y)
+        h = n_c * t_c / em1 + n_lm / lam - exposure
+        dh = -n_c * t_c * t_c * (em1 + 1.0) / (em1 * em1) - n_lm / (lam * lam)
+        step = h / dh
+        lam -= step
+        if abs(step) <= 1e-9 * lam:
+            break
+    return lam

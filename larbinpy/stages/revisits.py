@@ -1,0 +1,518 @@
+"""Recrawl: every page fetched is scheduled again, and due revisits are fed back to their sites.
+
+With `recrawl on` this stage closes the pipeline's loop. The crawl log tells it every page's
+final outcome (`CrawlLog.scheduler`): it updates the page's history in the schedule
+(`frontier/schedule.py`: validators, payload digest, the change-rate estimator's state) and
+gives the page its next due time, `freshness.interval` for the page's estimated change rate
+and its site's multiplier, within recrawlMin..recrawlMax (failures on a longer schedule of
+their own). Its task pops the visits that came due and feeds them to their sites' queues as
+`REVISIT` jobs, behind the never-fetched URLs: a site gets a revisit only when it has no other
+job queued, at most `connectionsPerHost` at a time, spaced to `recrawlShare` of its
+politeness capacity. Popped visits wait in memory only up to `PENDING_MAX` (`PER_SITE_MAX` a
+site; a busier site's are put back a little later), so memory is bounded whatever the
+schedule holds.
+
+The reader asks `prepare` before a revisit (the conditional GET's headers) and hands what it
+observed (`Answer`) to the crawl log. Servers lie, so each validator is trusted per site only
+until it proves false (`SiteRecrawl`), and the payload digest decides whenever a body comes:
+
+- an ETag (or a Last-Modified) that changed while the body did not: not sent to that site
+  again, and its Last-Modified no longer feeds the estimator;
+- a Last-Modified less than a second before the answer's Date is weak (RFC 9110 8.8.2.2: the
+  page may change again within that second): not kept as a validator;
+- a 304 that hid a change: after AUDIT_EVERY 304s of a site, the next 304 of a page unlikely
+  to change within the check's delay (its estimated rate says so, AUDIT_RISK) is checked by
+  fetching the page again at once without validators; a body whose digest differs, when a
+  change that soon was unlikely, is a strike, and after AUDIT_STRIKES the site gets no
+  validators from then on (a page that changes often cannot tell a lie from a change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from larbinpy.config import Config
+from larbinpy.frontier import freshness
+from larbinpy.frontier.schedule import Schedule, Visit
+from larbinpy.frontier.sites import Sites
+from larbinpy.links.urls import site_key
+from larbinpy.records import Job, JobKind, Revisit, Site
+from larbinpy.stats import FETCH_ERRORS, Outcome, Stats
+
+log = logging.getLogger("larbinpy.recrawl")
+
+PENDING_MAX = 10_000  # visits popped and waiting for their site, at most
+PER_SITE_MAX = 64  # ... of one site; more of its due visits are put back a little later
+POP_EVERY = 0.5  # seconds between two looks for due visits (at most; less with recrawlMin)
+AUDIT_EVERY = 32  # after 32 304s of a site, the next one is checked by an unconditional fetch
+AUDIT_RISK = 0.05  # ... of a page whose estimated chance of changing before the check is less
+AUDIT_STRIKES = 2  # audits finding a hidden change before the site's validators are dropped
+FAILURE_BACKOFF = 2.0  # a failed page is due again after twice the time since its last answer
+FIRST_FAILURE = 4.0  # ... or this many recrawlMin when it never answered
+FETCH_TIME_WEIGHT = 0.1  # weight of one fetch in a site's average fetch time
+CLAIMS_KEPT = 100_000  # sitemap lastmods awaiting the fetch that checks them
+FRESHNESS_SAMPLES = 10_000  # pages whose expected freshness makes the crawl's estimate
+NOT_MODIFIED = "server-not-modified"
+IDENTICAL = "identical-payload-digest"
+GOOD = frozenset({Outcome.success, Outcome.notModified, Outcome.unchanged})
+# failures come back on their own, longer schedule; a redirect too (its target is a page)
+RETRIED = FETCH_ERRORS | {Outcome.err30X}
+
+
+@dataclass(slots=True)
+class SiteRecrawl:
+    """A site's recrawl state: its budget multiplier and which of its validators hold."""
+
+    budget: freshness.SiteBudget
+    etag_trusted: bool = True
+    lm_trusted: bool = True  # Last-Modified: sent, and fed to the estimator
+    validators_trusted: bool = True  # False once a 304 hid a change
+    lastmod_trusted: bool = True  # sitemap <lastmod>: False once one proved false
+    not_modified: int = 0  # 304s answered since the last audit
+    false_304s: int = 0  # audits that found a change a 304 hid
+    next_at: float = 0.0  # loop time before which no revisit of it is fed (recrawlShare)
+    fetch_s: float = 0.0  # seconds a fetch of it takes (moving average), for its capacity
+
+
+@dataclass(slots=True)
+class Answer:
+    """What one fetch observed, from the reader to the scheduler (through the crawl log)."""
+
+    prior: Visit | None  # the page's history before this fetch (a revisit's)
+    conditional: bool = False  # validators were sent
+    audit: bool = False  # an unconditional check of a 304
+    status: int = 0
+    etag: str | None = None
+    last_modified: str | None = None
+    date: str | None = None  # the answer's Date header
+    digest: bytes = b""  # SHA-1 of the payload, when a body was read
+    elapsed: float = 0.0  # seconds the fetch took
+
+
+@dataclass(slots=True)
+class RevisitFigures:
+    """What the status page, status.json (`recrawl`) and /metrics show of the recrawl."""
+
+    scheduled: int
+    due_now: int
+    overdue: int
+    max_lateness_s: float
+    revisits: dict[str, int] = field(default_factory=dict)
+    not_modified_share: float = 0.0
+    freshness: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """status.json's `recrawl` object."""
+        return {"scheduled": self.scheduled, "due_now": self.due_now, "overdue": self.overdue,
+                "max_lateness_s": round(self.max_lateness_s, 3), "revisits": self.revisits,
+                "not_modified_share": round(self.not_modified_share, 4),
+                "freshness": None if self.freshness is None else round(self.freshness, 4)}
+
+
+def payload_digest(page_payload: bytes) -> bytes:
+    """The payload digest the schedule keeps and WARC revisit records name: SHA-1, 20 bytes."""
+    return hashlib.sha1(page_payload).digest()
+
+
+class Revisits:
+    """The recrawl's scheduler and feeder (see the module's docstring)."""
+
+    def __init__(self, cfg: Config, stats: Stats, schedule: Schedule, sites: Sites,
+                 on_fed: Callable[[], None]) -> None:
+        self.cfg, self.stats, self.schedule, self.sites = cfg, stats, schedule, sites
+        self.on_fed = on_fed  # a revisit job was queued: "is the crawl done?" may change
+        self.lo, self.hi = cfg.recrawl_min, cfg.recrawl_max
+        self.per_host = cfg.connections_per_host
+        self.waiting: dict[str, deque[Visit]] = {}  # popped, by site, until the site takes them
+        self.pending = 0  # visits in `waiting`
+        self.queued: dict[str, int] = {}  # revisit jobs in a site's queue or in flight
+        self.audits: set[str] = set()  # URLs whose next fetch checks a 304 (no validators)
+        self.revisits: dict[str, int] = {}  # revisits' outcomes, by kind
+        # sitemap <lastmod>s that made a page due, until its fetch proves them true or false
+        self.claims: OrderedDict[str, float] = OrderedDict()
+        self._fresh: deque[float] = deque(maxlen=FRESHNESS_SAMPLES)
+        self._fresh_sum = 0.0
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self.wake = asyncio.Event()
+
+    # --- feeding due visits to their sites ---
+
+    async def run(self) -> None:
+        """Forever: pop what came due (bounded), feed the sites that can take it."""
+        every = min(POP_EVERY, self.lo / 2)
+        while True:
+            try:
+                self.pop(time.time())
+            except OSError:  # the schedule's files refused (disk full, EMFILE): try again soon
+                log.exception("recrawl: cannot read the schedule; retrying")
+            self.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), every)
+
+    def pop(self, now: float) -> int:
+        """Pop due visits while fewer than PENDING_MAX / 2 wait; feed their sites."""
+        if self.pending > PENDING_MAX // 2:
+            return 0
+        visits = self.schedule.pop_due(now, PENDING_MAX - self.pending)
+        keys: dict[str, None] = {}
+        for visit in visits:
+            key = site_key(visit.url)
+            fifo = self.waiting.setdefault(key, deque())
+            if len(fifo) >= PER_SITE_MAX and visit.url not in self.audits:
+                # its site cannot take them soon: back, a bit later
+                self.schedule.put(replace(visit, due=now + max(self._spacing(key) * len(fifo),
+                                                                POP_EVERY)))
+                continue
+            if visit.url in self.audits:  # checks a 304: the sooner, the more it proves
+                fifo.appendleft(visit)
+            else:
+                fifo.append(visit)
+            self.pending += 1
+            keys[key] = None
+        for key in keys:
+            self.feed(key)
+        return len(visits)
+
+    def feed(self, key: str) -> None:
+        """Give a site its next waiting revisit if it can take one now: no other job queued
+        (never-fetched URLs first), fewer than connectionsPerHost revisits of it queued or in
+        flight, and its recrawlShare spacing passed."""
+        fifo = self.waiting.get(key)
+        loop = asyncio.get_running_loop()
+        while fifo and self.queued.get(key, 0) < self.per_host:
+            site = self.sites.by_key.get(key)
+            if site is not None:
+                if self.sites.has_work(site):
+                    return  # fed again when one of its fetches ends
+                state = self.site_state(site)
+                now = loop.time()
+                if state.next_at > now:
+                    self._feed_at(key, state.next_at, loop)
+                    return
+                state.next_at = now + self._spacing(key)
+            visit = fifo.popleft()
+            self.pending -= 1
+            if not fifo:
+                del self.waiting[key]
+            job = Job(visit.url, visit.depth, visit.priority, tag=visit.tag,
+                      kind=JobKind.REVISIT)
+            if self.sites.forward(key, job):
+                # a cluster: its site is another node's now; the job went there, and the
+                # owner schedules the page from its fetch on (`prepare`: unknown there)
+                self.schedule.drop(visit.url)
+                continue
+            self.queued[key] = self.queued.get(key, 0) + 1
+            self.sites.enqueue(job, loop.time())
+            self.on_fed()
+
+    def _feed_at(self, key: str, at: float, loop: asyncio.AbstractEventLoop) -> None:
+        """Feed a site again when its recrawlShare spacing has passed (one timer a site)."""
+        if key not in self._timers:
+            self._timers[key] = loop.call_at(at, self._timer_fired, key)
+
+    def _timer_fired(self, key: str) -> None:
+        """A site's spacing passed."""
+        del self._timers[key]
+        self.feed(key)
+
+    def _spacing(self, key: str) -> float:
+        """Seconds between two revisits of a site: its politeness delay over its share."""
+        site = self.sites.by_key.get(key)
+        delay = site.delay if site is not None else self.cfg.wait_duration
+        return delay / (self.per_host * self.cfg.recrawl_share) if delay else 0.0
+
+    def site_state(self, site: Site) -> SiteRecrawl:
+        """The site's recrawl state, made at its first use."""
+        state = self.sites.recrawl_state(site)
+        if not isinstance(state, SiteRecrawl):
+            state = SiteRecrawl(freshness.SiteBudget(self._capacity(site)))
+            self.sites.set_recrawl_state(site, state)
+        return state
+
+    def release(self, job: Job) -> None:
+        """A revisit job ended (fetched, dropped or stale): its site may take the next one."""
+        key = site_key(job.url)
+        left = self.queued.get(key, 0) - 1
+        if left > 0:
+            self.queued[key] = left
+        else:
+            self.queued.pop(key, None)
+        self.feed(key)
+
+    def after_fetch(self, site: Site) -> None:
+        """Any fetch of a site ended: with its queue empty, a revisit may go next."""
+        if site.key in self.waiting:
+            self.feed(site.key)
+
+    # --- the reader's side ---
+
+    def prepare(self, site: Site, job: Job) -> tuple[Answer | None, dict[str, str]]:
+        """Before a revisit: its history and the conditional GET's headers; (None, {}) when
+        the job is stale (the page was fetched and scheduled again since it was popped, e.g.
+        a checkpoint's job replayed after a kill): then it must not be fetched."""
+        visit = self.schedule.get(job.url)
+        if visit is None:  # handed over by another cluster node: a first visit here
+            return Answer(None), {}
+        if visit.due > time.time():
+            self.release(job)
+            return None, {}
+        answer = Answer(visit, audit=job.url in self.audits)
+        headers: dict[str, str] = {}
+        state = self.site_state(site)
+        if state.validators_trusted and not answer.audit:
+            if visit.etag and state.etag_trusted:
+                headers["If-None-Match"] = visit.etag
+            if visit.last_modified and state.lm_trusted:
+                headers["If-Modified-Since"] = visit.last_modified
+        self.audits.discard(job.url)
+        answer.conditional = bool(headers)
+        return answer, headers
+
+    @staticmethod
+    def first_answer() -> Answer:
+        """What a first fetch of a page will observe (no history)."""
+        return Answer(None)
+
+    def answered(self, answer: Answer, resp: Any) -> None:
+        """The response's head: its status and validators."""
+        answer.status = resp.status
+        headers = resp.headers
+        answer.etag = headers.get("ETag")
+        answer.last_modified = headers.get("Last-Modified")
+        answer.date = headers.get("Date")
+
+    def unchanged(self, answer: Answer | None, payload: bytes) -> bool:
+        """A body came: record its digest; True when it is the copy already kept."""
+        answer = answer or Answer(None)
+        answer.digest = payload_digest(payload)
+        prior = answer.prior
+        return prior is not None and prior.digest == answer.digest
+
+    # --- scheduling (CrawlLog.scheduler) ---
+
+    def schedule_page(self, job: Job, kind: Outcome, answer: Any) -> float | None:
+        """A page's final outcome: put it in the schedule with its next due time."""
+        if job.kind is JobKind.REVISIT:
+            self.revisits[kind.value] = self.revisits.get(kind.value, 0) + 1
+            self.release(job)
+        site = self.sites.by_key.get(site_key(job.url))
+        if site is not None:
+            self.after_fetch(site)
+        now = time.time()
+        if not isinstance(answer, Answer):  # ended without a request (a dead site...)
+            if job.kind is not JobKind.REVISIT:
+                return None  # never fetched: nothing to revisit
+            if kind not in RETRIED:  # robots.txt forbids it now...: out of the rotation
+                self._leave(job, site, self.schedule.get(job.url))
+                return None
+            answer = Answer(self.schedule.get(job.url))
+        if kind in GOOD and site is not None:
+            visit = self._observed(job, kind, answer, site, now)
+        elif kind in RETRIED:
+            visit = self._failed(job, answer.prior, answer.status, now)
+            if site is not None:  # its site's budget counts what the page now costs
+                self.site_state(site).budget.account(_interval_of(answer.prior),
+                                                     visit.due - now)
+        else:  # a rule keeps it from being fetched (robots.txt...), or not a page we keep
+            if job.kind is JobKind.REVISIT:
+                self._leave(job, site, answer.prior)
+            return None
+        self.schedule.put(visit)
+        return visit.due
+
+    def _observed(self, job: Job, kind: Outcome, answer: Answer, site: Site,
+                  now: float) -> Visit:
+        """The history after a fetch that found the page (changed, or as kept)."""
+        prior = answer.prior
+        state = self.site_state(site)
+        state.fetch_s += (answer.elapsed - state.fetch_s) * FETCH_TIME_WEIGHT
+        if prior is not None:
+            self._audit(job, kind, answer, state, prior)
+            if self.claims:
+                self._check_claim(job.url, kind, prior, state)
+        changed = prior is not None and kind is Outcome.success
+        lm_time = _http_time(answer.last_modified)
+        strong_lm = answer.last_modified if _strong(lm_time, answer.date, now) else None
+        stats = freshness.observe(prior.stats if prior else b"", now,
+                                  prior.fetched_at if prior else 0.0, changed, lm_time,
+                                  state.lm_trusted and strong_lm is not None,
+                                  prior=1.0 / self.lo)
+        rate = freshness.rate(stats, prior=1.0 / self.lo)
+        state.budget.capacity = self._capacity(site)  # its delay may have changed
+        interval = state.budget.schedule(rate, self.lo, self.hi, _interval_of(prior))
+        self._note_freshness(freshness.freshness(rate, interval))
+        if kind is Outcome.notModified:
+            state.not_modified += 1
+            # an audit proves something only if the page is unlikely to change before it
+            if (state.not_modified >= AUDIT_EVERY and state.validators_trusted
+                    and _change_risk(rate, self._audit_horizon(site)) < AUDIT_RISK):
+                state.not_modified = 0
+                self.audits.add(job.url)
+                interval = 0.0  # checked at once: its site's politeness still spaces it
+        if kind is Outcome.success:  # a new capture
+            digest, captured_at = answer.digest, now
+        else:  # the copy kept: a revisit always has a prior
+            assert prior is not None
+            digest, captured_at = prior.digest, prior.captured_at
+        body = kind is not Outcome.notModified
+        return Visit(
+            url=job.url, due=now + interval, fetched_at=now,
+            etag=answer.etag if body or answer.etag else (prior.etag if prior else None),
+            last_modified=strong_lm if body else (prior.last_modified if prior else None),
+            digest=digest, captured_at=captured_at, status=answer.status, depth=job.depth,
+            priority=job.priority, tag=job.tag, stats=stats)
+
+    def _audit(self, job: Job, kind: Outcome, answer: Answer, state: SiteRecrawl,
+               prior: Visit) -> None:
+        """What this answer proves about the site's validators (see the module docstring)."""
+        if (answer.audit and kind is Outcome.success and prior.status == 304
+                and _change_risk(freshness.rate(prior.stats, prior=1.0 / self.lo),
+                                 time.time() - prior.fetched_at) < AUDIT_RISK):
+            # changed since the 304, when a change that soon was unlikely: a strike
+            state.false_304s += 1
+            if state.false_304s >= AUDIT_STRIKES and state.validators_trusted:
+                state.validators_trusted = False
+                log.warning("recrawl: %s answered 304 for pages that had changed (%s last): "
+                            "its validators are not sent any more", site_key(job.url), job.url)
+        if kind is Outcome.unchanged and answer.conditional:
+            if answer.etag != prior.etag and prior.etag and state.etag_trusted:
+                state.etag_trusted = False
+                log.info("recrawl: %s changes its ETag on an unchanged page: not sent to it "
+                         "any more", site_key(job.url))
+            if (answer.last_modified != prior.last_modified and prior.last_modified
+                    and state.lm_trusted):
+                state.lm_trusted = False
+                log.info("recrawl: %s changes its Last-Modified on an unchanged page: not "
+                         "trusted any more", site_key(job.url))
+
+    def _leave(self, job: Job, site: Site | None, prior: Visit | None) -> None:
+        """A page leaves the rotation (a rule forbids it now, or it is no page we keep)."""
+        self.schedule.drop(job.url)
+        if site is not None and prior is not None:
+            self.site_state(site).budget.account(_interval_of(prior), None)
+
+    def _failed(self, job: Job, prior: Visit | None, status: int, now: float) -> Visit:
+        """The history after a failure: due again on the failures' longer schedule."""
+        since = now - prior.fetched_at if prior is not None and prior.fetched_at else 0.0
+        interval = min(max(FAILURE_BACKOFF * since, FIRST_FAILURE * self.lo), self.hi)
+        if prior is not None:
+            return replace(prior, due=now + interval, status=status)
+        return Visit(url=job.url, due=now + interval, fetched_at=0.0, etag=None,
+                     last_modified=None, digest=b"", captured_at=0.0, status=status,
+                     depth=job.depth, priority=job.priority, tag=job.tag, stats=b"")
+
+    def _audit_horizon(self, site: Site) -> float:
+        """About how long after a 304 its audit fetch comes: the site's politeness, a bucket
+        of the schedule, one look for due visits."""
+        return 2 * site.delay + self.lo / 16 + min(POP_EVERY, self.lo / 2)
+
+    def _capacity(self, site: Site) -> float:
+        """Revisits a second the site's politeness allows, times recrawlShare: a fetch takes
+        its own time plus the site's delay (a budget beyond what the site can serve would
+        leave every page late alike, the schedule no better than uniform)."""
+        state = self.sites.recrawl_state(site)
+        took = state.fetch_s if isinstance(state, SiteRecrawl) else 0.0
+        return self.per_host * self.cfg.recrawl_share / max(site.delay + took, 1e-3)
+
+    def _note_freshness(self, value: float) -> None:
+        """One page's expected freshness at its new interval, for the crawl's estimate."""
+        if len(self._fresh) == self._fresh.maxlen:
+            self._fresh_sum -= self._fresh[0]
+        self._fresh.append(value)
+        self._fresh_sum += value
+
+    # --- sitemaps ---
+
+    def lastmod(self, url: str, when: float) -> None:
+        """A sitemap lists `url` as modified at `when`: due now if that is after its last fetch
+        and its site's lastmods have not proved false (the fetch then checks this claim)."""
+        site = self.sites.by_key.get(site_key(url))
+        if site is not None and not self.site_state(site).lastmod_trusted:
+            return
+        if len(self.claims) >= CLAIMS_KEPT:
+            self.claims.popitem(last=False)
+        visit = self.schedule.get(url)
+        # a lastmod names a second: it must be past the fetch's second to say anything
+        if visit is not None and visit.fetched_at and when >= math.floor(visit.fetched_at) + 1:
+            self.claims[url] = when
+            self.force(url)
+
+    def _check_claim(self, url: str, kind: Outcome, prior: Visit, state: SiteRecrawl) -> None:
+        """A page a sitemap's lastmod made due was fetched: a false claim ends the trust."""
+        claim = self.claims.pop(url, None)
+        if claim is None or claim <= prior.fetched_at or kind is Outcome.success:
+            return
+        if state.lastmod_trusted:
+            log.info("recrawl: %s lists %s as modified, but it was not: its sitemap lastmod "
+                     "values are not trusted any more", site_key(url), url)
+        state.lastmod_trusted = False
+
+    # --- operators ---
+
+    def force(self, url: str) -> bool:
+        """Make a known page due now (`larbinpy submit --force`); False if it is unknown."""
+        known = self.schedule.force(url, time.time())
+        if known:
+            self.wake.set()
+        return known
+
+    def figures(self) -> RevisitFigures:
+        """The recrawl's figures now."""
+        f = self.schedule.figures(time.time())
+        answered = sum(self.revisits.get(k.value, 0) for k in GOOD)
+        return RevisitFigures(
+            scheduled=f.scheduled, due_now=f.due_now, overdue=f.overdue,
+            max_lateness_s=f.max_lateness_s, revisits=dict(self.revisits),
+            not_modified_share=(self.revisits.get(Outcome.notModified.value, 0) / answered
+                                if answered else 0.0),
+            freshness=self._fresh_sum / len(self._fresh) if self._fresh else None)
+
+    def revisit_of(self, answer: Answer | None, url: str, kind: Outcome) -> Revisit | None:
+        """The revisit record a page gets: a 304, or a body identical to the capture kept."""
+        prior = answer.prior if answer is not None else None
+        if prior is None:
+            return None
+        profile = NOT_MODIFIED if kind is Outcome.notModified else IDENTICAL
+        return Revisit(profile, url, prior.captured_at, prior.digest)
+
+
+def _change_risk(rate: float, seconds: float) -> float:
+    """The chance that a page of this change rate changes within `seconds` (Poisson)."""
+    return -math.expm1(-rate * max(seconds, 0.0))
+
+
+def _interval_of(visit: Visit | None) -> float | None:
+    """The interval a page was last scheduled at (None: new to the schedule), for its site's
+    budget: the demand it counted."""
+    if visit is None or not visit.fetched_at or visit.due <= visit.fetched_at:
+        return None
+    return visit.due - visit.fetched_at
+
+
+def _http_time(value: str | None) -> float | None:
+    """An HTTP date as Unix time; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
+def _strong(lm_time: float | None, date: str | None, now: float) -> bool:
+    """Is a Last-Modified a strong validator: at least a second before the answer's Date (or
+    our clock, without a Date)? A page may change again within the second it names."""
+    if lm_time is None:
+        return False
+    answered = _http_time(date) or now
+    return answered - lm_time >= 1.0
