@@ -219,3 +219,45 @@ def test_state_stays_small_and_the_rate_finite(visits: list[tuple[float, bool, b
         assert len(stats) == fr.STATE_BYTES
         lam = fr.rate(stats, prior)
         assert 0 < lam < math.inf
+
+
+def saturated_after(lam: float, gap: float, visits: int, seed: int) -> int | None:
+    """Visits (of `visits`, `gap` s apart, no Last-Modified) before a page of rate lam is
+    judged too fast; None if never."""
+    rng, stats, t = random.Random(seed), b"", 1e6
+    for n in range(visits):
+        changed = rng.random() < -math.expm1(-lam * gap)
+        stats = fr.observe(stats, t + gap, t, changed, prior=1.0)
+        t += gap
+        if fr.too_fast(stats):
+            return n + 1
+    return None
+
+
+def test_a_page_changing_at_every_visit_is_too_fast_and_a_followable_one_is_not() -> None:
+    # The trap: a page changing at every visit is estimated at c / I, and the optimiser gives
+    # that rate about 4 mu -- as often as it was visited, so the estimate stays there.
+    mu, lo, hi = 1.0, 1.0, 60.0
+    stats, t, gap = b"", 1e6, 4.0
+    for _ in range(30):
+        stats = fr.observe(stats, t + gap, t, True, prior=1.0)
+        t += gap
+    assert fr.interval(fr.rate(stats, prior=1.0), mu, lo, hi) < 2 * gap  # would stay there
+    assert fr.too_fast(stats)
+    # a page of 3 changes a second visited every 4 s is caught within a dozen visits
+    caught = [saturated_after(3.0, 4.0, 100, s) for s in range(50)]
+    assert all(c is not None and c <= 12 for c in caught)
+    # one visited at x = lambda I = 1 (its optimum's order) hardly ever, in 200 visits (only
+    # when its first 11 visits all saw a change: 0.63^11, 0.6%)
+    assert sum(saturated_after(0.25, 4.0, 200, s) is not None for s in range(50)) <= 1
+    # a static page, a new one, and one whose change times are known are not
+    assert not fr.too_fast(b"")
+    static = b""
+    for k in range(30):
+        static = fr.observe(static, 1e6 + k + 1, 1e6 + k, False, prior=1.0)
+    assert not fr.too_fast(static)
+    known = b""
+    for k in range(30):
+        known = fr.observe(known, 1e6 + 4 * k + 4, 1e6 + 4 * k, True, 1e6 + 4 * k + 3.7, True,
+                           prior=1.0)
+    assert not fr.too_fast(known)

@@ -43,6 +43,8 @@ import math
 import struct
 from collections.abc import Sequence
 
+SATURATED_CHANGES = 8.0  # changes seen (decayed) before "it changed at every visit" is believed
+SATURATED_UNCHANGED = 0.015  # ... and unchanged for less than this share of the time watched
 MEMORY = 16.0  # visits of evidence kept: each visit multiplies the old evidence by 1 - 1/MEMORY
 PRIOR_CHANGES = 0.1  # weight of the prior, in changes seen at the prior rate
 _STATE = struct.Struct("<eeee")  # changes without LM, with LM, log2(1 + seconds) x 2
@@ -178,6 +180,7 @@ class SiteBudget:
     """
 
     GAIN = 1.0
+    STEP_MAX = 2.0  # at most e^3 on mu a round of the site's pages
     MU_MIN, MU_MAX = 1e-9, 1e12
     _PACK = struct.Struct("<ddI")
 
@@ -278,6 +281,27 @@ def observe(stats: bytes, fetched_at: float, previous_fetch: float, changed: boo
         n_c += 1.0
         s_c += t
     return _pack(n_c, n_lm, s_c, u)
+
+
+def too_fast(stats: bytes) -> bool:
+    """Did the page change at every recent visit, with no change time to tell how fast?
+
+    Then its rate is unknown beyond a lower bound, c / t_c with c = log(1 + 2 n_c) (the bias
+    correction) at the mean changed interval t_c, and `rate` gives that bound. Scheduling on it
+    is a trap: the interval the optimiser gives a rate c / t_c is about 4 mu, and revisited that
+    often the page keeps changing at every visit, so the estimate stays c / t_c -- a stable
+    fixed point that spends a share of the site's budget on a page the budget cannot follow.
+    The caller treats such a page as changing too fast (recrawlMax); a page that slows down
+    shows an unchanged visit there and is learned again. The test: at least SATURATED_CHANGES
+    changes in memory, and the unchanged exposure less than SATURATED_UNCHANGED of all the
+    time watched (a chance of no change in an interval below ~1.5%: x = lambda I > 4.2, where
+    the optimum's pages are marginal, 1 - (1 + x) e^(-x) > 0.92 = mu lambda).
+    """
+    if len(stats) != STATE_BYTES:
+        return False
+    n_c, n_lm, s_c, u = _unpack(stats)
+    return (n_c >= SATURATED_CHANGES and n_lm < 0.5 * n_c
+            and u < SATURATED_UNCHANGED * (u + s_c))
 
 
 def rate(stats: bytes, prior: float = 1.0 / 3600) -> float:

@@ -82,6 +82,7 @@ class SiteRecrawl:
     false_304s: int = 0  # audits that found a change a 304 hid
     next_at: float = 0.0  # loop time before which no revisit of it is fed (recrawlShare)
     fetch_s: float = 0.0  # seconds a fetch of it takes (moving average), for its capacity
+    lm_strong_seen: bool = False  # it gave a strong Last-Modified once (not always "now")
 
 
 @dataclass(slots=True)
@@ -343,11 +344,24 @@ class Revisits:
         changed = prior is not None and kind is Outcome.success
         lm_time = _http_time(answer.last_modified)
         strong_lm = answer.last_modified if _strong(lm_time, answer.date, now) else None
-        stats = freshness.observe(prior.stats if prior else b"", now,
-                                  prior.fetched_at if prior else 0.0, changed, lm_time,
+        since = prior.fetched_at if prior else 0.0
+        if strong_lm is not None and state.lm_trusted:
+            state.lm_strong_seen = True
+        elif (changed and lm_time is not None and state.lm_trusted and state.lm_strong_seen
+              and since < lm_time < now):
+            # A weak Last-Modified (the page changed within the last second) still bounds
+            # the change: it came at lm_time or later. Counting the visit as "changed in
+            # the whole interval" would bias the rate low, because the changes seen through
+            # a strong Last-Modified are the ones that came a second or more before the
+            # fetch: a fast page would look slow. So: "changed within now - lm_time".
+            since = lm_time
+        stats = freshness.observe(prior.stats if prior else b"", now, since, changed, lm_time,
                                   state.lm_trusted and strong_lm is not None,
                                   prior=1.0 / self.lo)
-        rate = freshness.rate(stats, prior=1.0 / self.lo)
+        # a page that changed at every visit has only a lower bound for its rate: treated
+        # as faster than the budget can follow (freshness.too_fast), it goes to recrawlMax
+        rate = (math.inf if freshness.too_fast(stats)
+                else freshness.rate(stats, prior=1.0 / self.lo))
         state.budget.capacity = self._capacity(site)  # its delay may have changed
         interval = state.budget.schedule(rate, self.lo, self.hi, _interval_of(prior))
         self._note_freshness(freshness.freshness(rate, interval))
