@@ -94,8 +94,11 @@ class Crawler:
                            page_limit=cfg.max_pages_per_site)
         self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call,
                                    cfg.max_sites_in_memory)
+        # recrawl on: the schedule and the stage that feeds due visits back to the sites
+        self.revisits = self._revisits() if cfg.recrawl else None
         self.input = Input(cfg, self.normalizer, self.seen, self.frontier, self.stats,
-                           self.node.admission, self.sequencer.notify)
+                           self.node.admission, self.sequencer.notify,
+                           make_due=self.revisits.force if self.revisits else None)
         policy = NetworkPolicy(cfg.allow_networks)  # one for DNS and robots.txt redirects
         self.dns = Dns(cfg, self.stats, self.sites, policy, self._resolved)
         # both HTTP clients take addresses from the DNS stage; each is made at its first use
@@ -118,13 +121,13 @@ class Crawler:
             BandwidthLimiter(cfg.max_bandwidth) if cfg.max_bandwidth else None, self.contents,
             parser=self.parser, keep_raw=self.outputs.keep_raw, sites=self.sites,
             crawl_log=self.crawl_log, memory=self.memory, session=self.session, http1=self.http1,
+            revisits=self.revisits,
         )
         # the node calls back into the stages built on its seams
         self.node.bind(CrawlHooks(sites=self.sites, queued=self.sequencer.notify,
                                   changed=self.changed, idle=self.idle,
                                   parse_pending=self.parser.flush))
         fetch_page = self.node.page_fetch(self.reader.fetch)
-        self.revisits = self._revisits() if cfg.recrawl else None
         if on_page_fetch is not None:
             fetch_page = _observed(fetch_page, on_page_fetch)
         self.opener = Opener(cfg, self.sites, self.robots, self.reader, self.changed,
@@ -149,9 +152,9 @@ class Crawler:
         schedule = Schedule(self.state.schedule_dir, _schedule_position(self.saved.schedule),
                             granularity=min(GRANULARITY, max(0.01, self.cfg.recrawl_min / 16)))
         revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed)
-        self.reader.revisits = revisits
+        # the crawl log is built before the site table the revisits need: this arrow is set
+        # afterwards, like the node's `bind` and `Sites.connect`
         self.crawl_log.scheduler = revisits.schedule_page
-        self.input.make_due = revisits.force  # submit --force of a known page
         return revisits
 
     def _open_state(self, local: bool) -> None:

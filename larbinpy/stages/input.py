@@ -102,6 +102,7 @@ class Input:
         stats: Stats,
         admission: Admission,
         on_queued: Callable[[], None],
+        make_due: Callable[[str], bool] | None = None,
     ) -> None:
         self.cfg = cfg
         self.normalizer = normalizer
@@ -113,7 +114,7 @@ class Input:
         self.on_queued = on_queued  # wakes the sequencer after a restore
         # recrawl: a forced submission of a page the schedule knows makes it due now (True)
         # rather than queueing it a second time
-        self.make_due: Callable[[str], bool] | None = None
+        self.make_due = make_due
 
     def submit(
         self, urls: Iterable[str | tuple[str, int]], priority: int = 0, depth: int | None = None,

@@ -92,6 +92,7 @@ class Reader:
         memory: DocumentMemory,
         session: LazySession,
         http1: Http1Client | None,
+        revisits: Revisits | None = None,
     ) -> None:
         self.cfg, self.stats, self.normalizer = cfg, stats, normalizer
         self.memory = memory  # bodies take their bytes from it, the parser gives them back
@@ -108,7 +109,7 @@ class Reader:
         self.cookies = CookieJar() if cfg.cookies else None
         self.parser = parser  # 2xx pages go on to it (links, outputs)
         self.crawl_log = crawl_log  # each job's final line
-        self.revisits: Revisits | None = None  # recrawl on: validators, digests, the schedule
+        self.revisits = revisits  # recrawl on: validators, digests, the schedule
 
     def refused(self, site: Site, job: Job) -> bool:
         """Must this job not be requested at all? (If so, its outcome is counted here.)
