@@ -210,6 +210,25 @@ def test_a_forgotten_site_comes_back_with_its_clock_back_off_and_pages_from_disk
     records.close()
 
 
+def test_a_page_in_flight_is_counted_on_disk_before_its_fetch_ends(tmp_path: Path) -> None:
+    """A kill during a fetch leaves the site's row with that page counted: the restart may
+    fetch it again (it was in flight) but never one page more than `maxPagesPerSite`."""
+    records = SiteRecords(tmp_path / "sites.sqlite")
+    sites = Sites(Stats(), 0.0, SiteSpill(tmp_path / "spill"), records=records, page_limit=2)
+    now = time.monotonic()
+    sites.enqueue(Job("http://a.test/", 1), now)
+    site = sites.by_key["http://a.test"]
+    sites.resolved(site, "10.0.0.1", robots_first=False)
+    sites.take(site)
+    sites.start_fetch(site)  # the order the pipeline has: the fetch starts, then is counted
+    sites.count_page(site)
+    records.close()  # what a kill leaves: no end_fetch
+    after = SiteRecords(tmp_path / "sites.sqlite")
+    saved = after.get("http://a.test")
+    after.close()
+    assert saved is not None and saved.pages == 1
+
+
 async def test_c_ares_keeps_no_answers_of_its_own() -> None:
     """The DNS stage has its own bounded cache; c-ares's would hold every answer for its TTL
     (1.3 kB each: hundreds of MB in a broad crawl). A changed answer shows it asked again."""

@@ -347,8 +347,11 @@ class Sites:
             self._record(site, 0.0, changed=True)  # its row said otherwise
 
     def count_page(self, site: Site) -> None:
-        """A page fetch of the site starts (what `maxPagesPerSite` counts)."""
+        """A page fetch of the site starts (what `maxPagesPerSite` counts): on disk at once,
+        so a kill during the fetch cannot give the site a page more after the restart."""
         site.pages += 1
+        if site.in_flight:
+            self._record_fetching(site)
 
     def enter_ready(self, site: Site) -> IpSlot:
         """The site goes on the opener's ready queue: once (`in_ready`), holding one of its
@@ -416,13 +419,16 @@ class Sites:
         assert ip is not None
         site.in_flight += 1
         ip.in_flight += 1
-        if self.records is not None and site.delay > 0:
-            # on disk, the clock as if the fetch ended now: a restart after a kill waits for
-            # it, even if the kill took the fetch (and its end_fetch) with it
+        self._record_fetching(site)
+        return ip
+
+    def _record_fetching(self, site: Site) -> None:
+        """On disk, the clock of a site fetching as if the fetch ended now: a restart after a
+        kill waits for it, even if the kill took the fetch (and its end_fetch) with it."""
+        if self.records is not None and (site.delay > 0 or self.page_limit):
             now = loop_now()
             self.records.put(site.key, SiteRecord(max(site.ready_at, now + site.delay)
                                                   + loop_to_wall(), site.backoffs, site.pages))
-        return ip
 
     def end_fetch(self, site: Site, now: float) -> IpSlot:
         """A fetch ended: uncounted, and both clocks restart from `now` (the site's by its
