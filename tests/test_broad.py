@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import html, until
 
+from larbinpy.bench import measure
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
 from larbinpy.demo import DnsServer, Page, Site
@@ -241,3 +242,10 @@ async def test_c_ares_keeps_no_answers_of_its_own() -> None:
     assert [r.data.addr for r in first.answer] == ["127.0.0.2"]
     assert [r.data.addr for r in second.answer] == ["127.0.0.3"]
     assert dns.queries[("moved.test", "A")] == 2
+
+
+def test_the_shared_ip_probe_counts_pages_a_window_and_leaves_out_the_last_partial_one() -> None:
+    starts = [100.0 + t for t in (0.0, 0.5, 1.9, 2.0, 2.5, 3.9, 4.1, 7.0)]
+    # [0, 2): 3 fetches; [2, 4): 3; [4, 6): 1; [6, 8): the crawl stopping, left out
+    assert measure._windows(starts, 2.0) == [1.5, 1.5, 0.5]
+    assert measure._windows(starts[:3], 2.0) == []
