@@ -23,8 +23,10 @@ from larbinpy.frontier import sites as sites_module
 from larbinpy.frontier.diskqueue import SiteSpill
 from larbinpy.frontier.sitedb import SiteRecords
 from larbinpy.frontier.sites import Sites
+from larbinpy.net.policy import NetworkPolicy
 from larbinpy.records import Job
-from larbinpy.stages.dns import LoopResolver
+from larbinpy.stages import dns as dns_module
+from larbinpy.stages.dns import Dns, LoopResolver
 from larbinpy.stats import Stats
 
 SITES = 40
@@ -249,3 +251,31 @@ def test_the_shared_ip_probe_counts_pages_a_window_and_leaves_out_the_last_parti
     # [0, 2): 3 fetches; [2, 4): 3; [4, 6): 1; [6, 8): the crawl stopping, left out
     assert measure._windows(starts, 2.0) == [1.5, 1.5, 0.5]
     assert measure._windows(starts[:3], 2.0) == []
+
+
+async def test_the_dns_cache_forgets_the_oldest_answers_first_a_renewed_one_last(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dns_module, "MAX_CACHE", 2)
+    hosts = {f"{name}.test": [f"127.0.0.{i + 2}"] for i, name in enumerate("abc")}
+    async with DnsServer(hosts) as server:
+        cfg = parse_config(f"dnsServers {server.address}\nallowNetworks 127.0.0.0/8 end\n")
+        dns = Dns(cfg, Stats(), Sites(Stats(), 0.0, spill=None),  # type: ignore[arg-type]
+                  NetworkPolicy(cfg.allow_networks), lambda s: None)
+        workers = dns.start()
+        try:
+            for host in hosts:
+                assert await asyncio.wait_for(dns.lookup(host), 30) == hosts[host]
+            now = asyncio.get_running_loop().time()
+            dns.purge(now)
+            assert list(dns.cache) == ["b.test", "c.test"]  # beyond 2: the oldest went
+            dns.cache["b.test"] = (now - 1, dns.cache["b.test"][1])  # b's TTL is over
+            assert await asyncio.wait_for(dns.lookup("b.test"), 30) == hosts["b.test"]
+            assert list(dns.cache) == ["c.test", "b.test"]  # asked again: the newest
+            dns.cache["c.test"] = (now - 1, dns.cache["c.test"][1])
+            dns.purge(now)
+            assert list(dns.cache) == ["b.test"]  # an expired answer at the front goes too
+        finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            await dns.close()

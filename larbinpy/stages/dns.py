@@ -157,12 +157,18 @@ class Dns:
         return version == "any" or (":" in ip) == (version == "6")
 
     def purge(self, now: float) -> None:
-        """Forget expired entries when the cache is large (memory bounded on long crawls)."""
-        if len(self.cache) > MAX_CACHE:
-            for host in [h for h, (expires, _) in self.cache.items() if expires <= now]:
-                del self.cache[host]
-        while len(self.cache) > MAX_CACHE:  # still too many: the oldest go first
-            del self.cache[next(iter(self.cache))]
+        """Forget the oldest answers beyond MAX_CACHE, and expired ones at the front (memory
+        bounded on long crawls). The cache is in the order answers came (`_worker` moves a
+        renewed answer to the end), so this costs what it forgets, not a walk of the cache:
+        walking MAX_CACHE entries every second was a cost that grew with the sites a crawl
+        had met. An expired answer further in stays until its host is asked again or it
+        reaches the front; it is never used (`_cached`)."""
+        cache = self.cache
+        while cache:
+            host = next(iter(cache))
+            if len(cache) <= MAX_CACHE and cache[host][0] > now:
+                return
+            del cache[host]
 
     def _cached(self, host: str, now: float) -> tuple[list[str], None] | None:
         """A cache entry still valid, else None."""
@@ -195,6 +201,7 @@ class Dns:
                 log.exception("DNS lookup of %s failed unexpectedly", host)
             finally:
                 now = asyncio.get_running_loop().time()
+                self.cache.pop(host, None)  # to the end: the cache is in answer order (`purge`)
                 self.cache[host] = (now + ttl, ips)
                 shared = self.inflight.pop(host)
                 if not shared.done():  # only the worker settles it; a guard all the same
