@@ -157,6 +157,10 @@ class Site:
     waiting_ip: bool = False  # already parked on its IP's waiting list
     timer: asyncio.TimerHandle | None = None  # only for its own clock, never its IP's
     recrawl: Any = None  # recrawl: its budget and validator trust (stages/revisits.SiteRecrawl)
+    # its DNS answer (expiry on the loop's clock, addresses): the DNS stage's cache entry, which
+    # its row on disk keeps (frontier/sitedb.py) so a site brought back within the TTL asks
+    # no DNS again
+    dns: tuple[float, list[str]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

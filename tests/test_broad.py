@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from larbinpy.crawler import Crawler
 from larbinpy.demo import DnsServer, Page, Site
 from larbinpy.frontier import sites as sites_module
 from larbinpy.frontier.diskqueue import SiteSpill
-from larbinpy.frontier.sitedb import SiteRecords
+from larbinpy.frontier.sitedb import SiteRecord, SiteRecords
 from larbinpy.frontier.sites import Sites
 from larbinpy.net.policy import NetworkPolicy
 from larbinpy.records import Job
@@ -174,9 +175,12 @@ async def test_kill_9_resumes_with_every_sites_clock_robots_verdict_and_page_cou
     await until(lambda: len(tw.pages_fetched()) >= 8, "8 pages fetched")  # 2nd pages going
     proc.send_signal(signal.SIGKILL)
     await proc.wait()
+    asked = Counter(name.rstrip(".") for name, _ in tw.dns.queries.elements())
     proc = await asyncio.create_subprocess_exec(*run, cwd=tw.tmp, stderr=subprocess.PIPE)
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
+    asked_again = Counter(name.rstrip(".") for name, _ in tw.dns.queries.elements()) - asked
+    assert not asked_again, asked_again  # each site's DNS answer was in its row, TTL not over
     for site in sites:
         hits = sorted(h.start for h in tw.web.hits_for(site.host))
         gaps = [b - a for a, b in zip(hits, hits[1:], strict=False)]
@@ -197,7 +201,7 @@ def test_a_forgotten_site_comes_back_with_its_clock_back_off_and_pages_from_disk
     now = time.monotonic()
     sites.enqueue(Job("http://a.test/", 1), now)
     site = sites.by_key["http://a.test"]
-    sites.resolved(site, "10.0.0.1", robots_first=False)
+    sites.resolved(site, "10.0.0.1", robots_first=False, answer=(now + 300, ["10.0.0.1"]))
     sites.take(site)
     sites.start_fetch(site)
     sites.count_page(site)
@@ -209,6 +213,8 @@ def test_a_forgotten_site_comes_back_with_its_clock_back_off_and_pages_from_disk
     sites.enqueue(Job("http://a.test/again", 1), now + 1)
     back = sites.by_key["http://a.test"]
     assert (back.backoffs, back.pages) == (1, 1) and abs(back.ready_at - (now + 60)) < 0.01
+    assert back.dns is not None and back.dns[1] == ["10.0.0.1"]  # its DNS answer, and its TTL
+    assert abs(back.dns[0] - (now + 300)) < 0.01
     assert sites.evict(now + 6) == 0 and "10.0.0.1" not in sites.ips  # the clock passed
     records.close()
 
@@ -279,3 +285,22 @@ async def test_the_dns_cache_forgets_the_oldest_answers_first_a_renewed_one_last
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             await dns.close()
+
+
+def test_a_site_row_of_an_earlier_version_reads_as_one_without_a_dns_answer(
+        tmp_path: Path) -> None:
+    path = tmp_path / "sites.sqlite"
+    old = sqlite3.connect(path)  # the table as the first version made it
+    old.execute("CREATE TABLE sites (site TEXT PRIMARY KEY, ready_at REAL NOT NULL, backoffs "
+                "INTEGER NOT NULL, pages INTEGER NOT NULL) WITHOUT ROWID")
+    old.execute("INSERT INTO sites VALUES ('http://old.test', 5.0, 1, 2)")
+    old.commit()
+    old.close()
+    records = SiteRecords(path)
+    assert records.get("http://old.test") == SiteRecord(5.0, 1, 2)
+    records.put("http://new.test", SiteRecord(6.0, 0, 1, ("10.0.0.1", "10.0.0.2"), 99.0))
+    records.close()
+    again = SiteRecords(path)
+    assert again.get("http://new.test") == SiteRecord(6.0, 0, 1, ("10.0.0.1", "10.0.0.2"), 99.0)
+    assert len(again) == 2
+    again.close()

@@ -6,11 +6,15 @@ idle ones; a site it forgets, or that a `kill -9` took from memory, comes back w
 - `ready_at`: its politeness clock, as a wall-clock time (so it means the same after a
   restart): no fetch of it before, whoever forgot it;
 - `backoffs`: 429/503 answers in a row, the exponent of its next back-off;
-- `pages`: page fetches started, what `maxPagesPerSite` counts over the whole crawl.
+- `pages`: page fetches started, what `maxPagesPerSite` counts over the whole crawl;
+- `addrs`, `dns_expires`: its DNS answer and when its TTL ends (wall clock), so a site brought
+  back within it (after the DNS stage's bounded cache forgot its host, or after a restart)
+  asks no DNS again. The answer rides on a row written for the fields above, never a write of
+  its own: a site whose row says nothing more than a new site's (no clock to wait for, no
+  page limit) is asked again, which costs a query, not a disk write for every site resolved.
 
 Its robots.txt verdict has its own store (`robotsdb.py`), its queued URLs theirs (the priority
-FIFOs, `diskqueue.SiteSpill`); its DNS answer is asked again (the DNS stage's cache may still
-hold it), and so is a dead site's negative cache, which lasts minutes.
+FIFOs, `diskqueue.SiteSpill`); a dead site's negative cache (minutes) is not kept.
 """
 
 from __future__ import annotations
@@ -26,15 +30,21 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS sites (site TEXT PRIMARY KEY, ready_at REAL NOT NULL,
     backoffs INTEGER NOT NULL, pages INTEGER NOT NULL) WITHOUT ROWID
 """
+# added since the first version: (column, declaration), added to an older database on open
+COLUMNS_ADDED = (("addrs", "TEXT NOT NULL DEFAULT ''"),
+                 ("dns_expires", "REAL NOT NULL DEFAULT 0"))
 
 
 @dataclass(frozen=True, slots=True)
 class SiteRecord:
-    """A site's row: its clock on the wall clock (`time.time()`), back-offs and pages."""
+    """A site's row: its clock on the wall clock (`time.time()`), back-offs and pages, and its
+    DNS answer (addresses; the end of its TTL on the wall clock; none: ())."""
 
     ready_at: float
     backoffs: int
     pages: int
+    addrs: tuple[str, ...] = ()
+    dns_expires: float = 0.0
 
 
 def loop_now() -> float:
@@ -56,6 +66,10 @@ class SiteRecords:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db = open_db(path, SCHEMA)
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(sites)")}
+        for column, declaration in COLUMNS_ADDED:
+            if column not in have:
+                self._db.execute(f"ALTER TABLE sites ADD COLUMN {column} {declaration}")
         self._batch: TurnBatch[SiteRecord] = TurnBatch(self._write)
 
     def get(self, key: str) -> SiteRecord | None:
@@ -63,9 +77,11 @@ class SiteRecords:
         record = self._batch.pending.get(key)
         if record is not None:
             return record
-        row = self._db.execute("SELECT ready_at, backoffs, pages FROM sites WHERE site = ?",
-                               (key,)).fetchone()
-        return None if row is None else SiteRecord(*row)
+        row = self._db.execute("SELECT ready_at, backoffs, pages, addrs, dns_expires FROM sites"
+                               " WHERE site = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        return SiteRecord(row[0], row[1], row[2], tuple(row[3].split()), row[4])
 
     def put(self, key: str, record: SiteRecord) -> None:
         """The site's state changed: its row is written at the end of this loop turn."""
@@ -73,9 +89,11 @@ class SiteRecords:
 
     def _write(self, records: dict[str, SiteRecord]) -> None:
         """A turn's records in one transaction: after it they survive a kill."""
-        rows = [(k, r.ready_at, r.backoffs, r.pages) for k, r in records.items()]
+        rows = [(k, r.ready_at, r.backoffs, r.pages, " ".join(r.addrs), r.dns_expires)
+                for k, r in records.items()]
         with transaction(self._db):
-            self._db.executemany("INSERT OR REPLACE INTO sites VALUES (?, ?, ?, ?)", rows)
+            self._db.executemany("INSERT OR REPLACE INTO sites (site, ready_at, backoffs, pages,"
+                                 " addrs, dns_expires) VALUES (?, ?, ?, ?, ?, ?)", rows)
 
     def __len__(self) -> int:
         """Sites recorded."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -83,10 +84,13 @@ class Sites:
         self.spill = spill
         self.by_key: dict[str, Site] = {}
         self.ips: dict[str, IpSlot] = {}
-        self.unused_ips: dict[str, IpSlot] = {}  # no site uses them, their clock not passed yet
+        # unused_ips and idle are OrderedDicts: both are emptied from their front, where a
+        # dict finds its first entry by walking the holes its deletions left.
+        # unused_ips: slots no site uses whose clock has not passed yet
+        self.unused_ips: OrderedDict[str, IpSlot] = OrderedDict()
         self.queued = 0  # jobs in all site queues, in memory and spilled
         self.in_memory = 0  # jobs in the in-memory windows
-        self.idle: dict[str, None] = {}  # sites with nothing to do, oldest first
+        self.idle: OrderedDict[str, None] = OrderedDict()  # sites with nothing to do, oldest first
         self.forward = forward
         # the stages downstream (DNS, the opener) need this table first: see `connect`
         self.on_new_site: Callable[[Site], None] = lambda site: None
@@ -136,8 +140,11 @@ class Sites:
         site = self.by_key[key] = Site(key, host_of(key + "/"), delay=self.default_delay)
         saved = self.records.get(key) if self.records is not None else None
         if saved is not None:
-            site.ready_at = max(0.0, saved.ready_at - loop_to_wall())
+            to_loop = loop_to_wall()
+            site.ready_at = max(0.0, saved.ready_at - to_loop)
             site.backoffs, site.pages = saved.backoffs, saved.pages
+            if saved.addrs and saved.dns_expires > time.time():  # its TTL has not passed
+                site.dns = (saved.dns_expires - to_loop, list(saved.addrs))
         return site
 
     def _record(self, site: Site, now: float, changed: bool = False) -> None:
@@ -146,8 +153,17 @@ class Sites:
         `changed` from a row that did (a back-off over)."""
         if self.records is not None and (changed or site.ready_at > now or site.backoffs
                                          or self.page_limit):
-            self.records.put(site.key, SiteRecord(site.ready_at + loop_to_wall(),
-                                                  site.backoffs, site.pages))
+            self.records.put(site.key, self._row(site, site.ready_at))
+
+    def _row(self, site: Site, ready_at: float) -> SiteRecord:
+        """The site's row on disk, its clock at `ready_at` (the loop's clock), with its DNS
+        answer while that holds."""
+        to_wall = loop_to_wall()
+        dns = site.dns
+        if dns is None:
+            return SiteRecord(ready_at + to_wall, site.backoffs, site.pages)
+        return SiteRecord(ready_at + to_wall, site.backoffs, site.pages, tuple(dns[1]),
+                          dns[0] + to_wall)
 
     def _store(self, site: Site, job: Job) -> None:
         """In the site's memory window if there is room and nothing older is spilled."""
@@ -282,9 +298,12 @@ class Sites:
         """The site waits for DNS (new, or its negative cache expired)."""
         site.state = SiteState.DNS
 
-    def resolved(self, site: Site, addr: str, robots_first: bool) -> None:
+    def resolved(self, site: Site, addr: str, robots_first: bool,
+                 answer: tuple[float, list[str]] | None = None) -> None:
         """DNS answered: the site has its address's politeness slot (`attach`) and waits for
-        robots.txt (`robots_first`) or is ready."""
+        robots.txt (`robots_first`) or is ready; `answer` (expiry on the loop's clock,
+        addresses) goes into its row on disk with the rest (None: nothing to keep)."""
+        site.dns = answer
         self.attach(site, addr)
         site.state = SiteState.ROBOTS if robots_first else SiteState.READY
 
@@ -426,9 +445,8 @@ class Sites:
         """On disk, the clock of a site fetching as if the fetch ended now: a restart after a
         kill waits for it, even if the kill took the fetch (and its end_fetch) with it."""
         if self.records is not None and (site.delay > 0 or self.page_limit):
-            now = loop_now()
-            self.records.put(site.key, SiteRecord(max(site.ready_at, now + site.delay)
-                                                  + loop_to_wall(), site.backoffs, site.pages))
+            self.records.put(site.key, self._row(site, max(site.ready_at,
+                                                           loop_now() + site.delay)))
 
     def end_fetch(self, site: Site, now: float) -> IpSlot:
         """A fetch ended: uncounted, and both clocks restart from `now` (the site's by its

@@ -29,6 +29,7 @@ import functools
 import ipaddress
 import logging
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -76,7 +77,10 @@ class Dns:
     ) -> None:
         self.cfg, self.stats, self.sites, self.policy = cfg, stats, sites, policy
         self.on_resolved = on_resolved
-        self.cache: dict[str, tuple[float, list[str]]] = {}  # host -> (expires, ips; [] = failed)
+        # host -> (expires, ips; [] = failed), in the order the answers came (`purge`); an
+        # OrderedDict because a dict emptied from its front finds its first entry by walking
+        # the holes its deletions left, up to the whole table each time
+        self.cache: OrderedDict[str, tuple[float, list[str]]] = OrderedDict()
         self.inflight: dict[str, asyncio.Future[list[str]]] = {}
         # sites waiting for a query in flight, by host: one callback a host, not a future and
         # closures a site (a broad crawl has maxSitesInMemory sites waiting at once)
@@ -102,6 +106,8 @@ class Dns:
             self._via_proxy(site)
             return
         self.waiting_sites += 1
+        if site.dns is not None:  # its row on disk kept an answer (`Sites._create`)
+            self._recall(site.host, site.dns)
         answer = self._shared(site.host)
         if not isinstance(answer, asyncio.Future):
             self._resolved(site, answer)
@@ -117,6 +123,13 @@ class Dns:
         ips = [] if shared.cancelled() else shared.result()
         for site in self.waiting.pop(host, ()):
             self._resolved(site, ips)
+
+    def _recall(self, host: str, answer: tuple[float, list[str]]) -> None:
+        """An answer a site's row kept: into the cache, if the cache has none and its TTL has
+        not passed (it is what the cache held for the host when the site was written)."""
+        if host not in self.cache and host not in self.inflight and (
+                answer[0] > asyncio.get_running_loop().time()):
+            self.cache[host] = answer
 
     def _via_proxy(self, site: Site) -> None:
         """The proxy resolves this host: on to robots.txt (or ready) without a query."""
@@ -168,7 +181,7 @@ class Dns:
             host = next(iter(cache))
             if len(cache) <= MAX_CACHE and cache[host][0] > now:
                 return
-            del cache[host]
+            cache.popitem(last=False)
 
     def _cached(self, host: str, now: float) -> tuple[list[str], None] | None:
         """A cache entry still valid, else None."""
@@ -186,7 +199,9 @@ class Dns:
             self.sites.kill(site, Outcome.deniedNetwork if ips else Outcome.noDNS,
                             self.cache.get(site.host, (now + NEGATIVE_TTL, []))[0])
         else:
-            self.sites.resolved(site, politeness_key(allowed[0]), self.cfg.robots)
+            entry = self.cache.get(site.host)  # None for an IP literal: nothing to keep
+            self.sites.resolved(site, politeness_key(allowed[0]), self.cfg.robots,
+                                entry if entry is not None and entry[1] else None)
         self.on_resolved(site)
 
     async def _worker(self) -> None:
@@ -201,8 +216,8 @@ class Dns:
                 log.exception("DNS lookup of %s failed unexpectedly", host)
             finally:
                 now = asyncio.get_running_loop().time()
-                self.cache.pop(host, None)  # to the end: the cache is in answer order (`purge`)
                 self.cache[host] = (now + ttl, ips)
+                self.cache.move_to_end(host)  # the cache is in the order answers came (`purge`)
                 shared = self.inflight.pop(host)
                 if not shared.done():  # only the worker settles it; a guard all the same
                     shared.set_result(ips)

@@ -7,8 +7,10 @@ It is also what bounds the site table of a broad crawl: while `maxSitesInMemory`
 work (the table's records less its idle ones), it moves nothing, and the jobs wait on the
 FIFOs, on disk, until a site has finished (the crawler wakes it, `room`). A million seeds so
 make a million sites one `maxSitesInMemory` at a time, not a million records, DNS questions
-and queues at once. Every site with work finishes it (its fetches end, its politeness and
-back-off waits are bounded), so the wait always ends.
+and queues at once. Once full it waits for 1% of the budget (`slack`) to finish, not for
+each site: a wake a site, each moving one job, cost a turn of this loop a site. Every site
+with work finishes it (its fetches end, its politeness and back-off waits are bounded), so
+the wait always ends.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Sequencer:
         self.sites = sites
         self.per_call = per_call
         self.max_sites = max_sites  # None: no bound (a tool, a test)
+        self.slack = max(1, (max_sites or 0) // 100)  # sites that finish before a full one moves
         self.wake = asyncio.Event()
         self.full = False  # the last turn stopped at max_sites: `room` wakes it
 
@@ -41,9 +44,14 @@ class Sequencer:
         self.wake.set()
 
     def room(self) -> None:
-        """Something finished (the crawler's `changed`): a site may have room now."""
-        if self.full:
+        """Something finished (the crawler's `changed`): wake a full sequencer once `slack`
+        sites have room."""
+        if self.full and self._busy() + self.slack <= (self.max_sites or 0):
             self.wake.set()
+
+    def _busy(self) -> int:
+        """Sites with work: the table's records less its idle ones."""
+        return len(self.sites.by_key) - len(self.sites.idle)
 
     async def run(self) -> None:
         """Forever: wait for jobs (and room for their sites), move a batch, yield."""
@@ -62,8 +70,7 @@ class Sequencer:
 
     def _no_room(self) -> bool:
         """Do max_sites sites have work (so no job may make another one busy)?"""
-        busy = len(self.sites.by_key) - len(self.sites.idle)
-        self.full = self.max_sites is not None and busy >= self.max_sites
+        self.full = self.max_sites is not None and self._busy() >= self.max_sites
         return self.full
 
     def turn(self, now: float) -> int:
