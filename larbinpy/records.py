@@ -92,6 +92,11 @@ class SiteQueue:
         for priority in sorted(self._by_priority, reverse=True):
             yield from self._by_priority[priority]
 
+    def fifos(self) -> Iterable[deque[Job]]:
+        """Its FIFOs, one a priority, the priorities in no particular order (a checkpoint's
+        walk, which puts each job back on its priority's FIFO: `Sites.jobs`)."""
+        return self._by_priority.values()
+
     def _fifo(self, priority: int) -> deque[Job]:
         """The FIFO of one priority (made when first needed)."""
         fifo = self._by_priority.get(priority)

@@ -304,3 +304,19 @@ def test_a_site_row_of_an_earlier_version_reads_as_one_without_a_dns_answer(
     assert again.get("http://new.test") == SiteRecord(6.0, 0, 1, ("10.0.0.1", "10.0.0.2"), 99.0)
     assert len(again) == 2
     again.close()
+
+
+def test_a_checkpoint_walk_gives_every_windowed_job_each_priority_in_order(
+        tmp_path: Path) -> None:
+    sites = Sites(Stats(), 0.0, SiteSpill(tmp_path / "spill"))
+    jobs = [Job(f"http://{host}.test/{i}", 1, priority=p) for i, (host, p) in enumerate(
+        [("a", 1), ("a", 5), ("a", 1), ("b", 0), ("a", 5), ("b", 0)])]
+    for job in jobs:
+        sites.enqueue(job, 0.0)
+    sites.enqueue(Job("http://idle.test/", 1), 0.0)
+    sites.take(sites.by_key["http://idle.test"])  # a site with nothing in its window
+    walked = sites.jobs()
+    assert sorted(walked, key=jobs.index) == jobs
+    for priority in (0, 1, 5):  # each priority's jobs in the order they came
+        assert [j for j in walked if j.priority == priority] == [
+            j for j in jobs if j.priority == priority]
