@@ -45,6 +45,7 @@ from larbinpy.net.policy import NetworkPolicy
 from larbinpy.node import CrawlHooks, Embedded, Node
 from larbinpy.outputs import Outputs
 from larbinpy.records import Job, JobKind, Site, SiteState
+from larbinpy.runtime import early_sigterm
 from larbinpy.stages.bandwidth import BandwidthLimiter
 from larbinpy.stages.dns import Dns
 from larbinpy.stages.input import Input
@@ -58,6 +59,7 @@ from larbinpy.stats import Stats, counted
 if TYPE_CHECKING:
     from larbinpy.cluster import Cluster
     from larbinpy.daemon.ports import Ports
+    from larbinpy.frontier.schedule import Visit
     from larbinpy.stages.revisits import Revisits
 
 log = logging.getLogger("larbinpy")
@@ -126,7 +128,8 @@ class Crawler:
         # the node calls back into the stages built on its seams
         self.node.bind(CrawlHooks(sites=self.sites, queued=self.sequencer.notify,
                                   changed=self.changed, idle=self.idle,
-                                  parse_pending=self.parser.flush))
+                                  parse_pending=self.parser.flush,
+                                  adopt=self.revisits.adopt if self.revisits else _no_history))
         fetch_page = self.node.page_fetch(self.reader.fetch)
         if on_page_fetch is not None:
             fetch_page = _observed(fetch_page, on_page_fetch)
@@ -151,7 +154,8 @@ class Crawler:
         # a page is popped at most a granularity late: a small share of recrawlMin
         schedule = Schedule(self.state.schedule_dir, _schedule_position(self.saved.schedule),
                             granularity=min(GRANULARITY, max(0.01, self.cfg.recrawl_min / 16)))
-        revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed)
+        revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed,
+                            self.node.hand_over)
         # the crawl log is built before the site table the revisits need: this arrow is set
         # afterwards, like the node's `bind` and `Sites.connect`
         self.crawl_log.scheduler = revisits.schedule_page
@@ -518,6 +522,8 @@ class Crawler:
                 loop.add_signal_handler(sig, self.request_stop)
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGHUP, self.reopen_logs)
+        if early_sigterm():  # it came while the crawler was starting: stop as asked
+            loop.call_soon(self.request_stop)
 
     def reopen_logs(self) -> None:
         """SIGHUP: reopen the log file and the crawl log (logrotate moved them)."""
@@ -529,8 +535,9 @@ class Crawler:
         running = self.opener.in_flight
         if self.stop_requested:
             self._forced = True
-            log.info("stopping now: not waiting for the %s in flight",
-                     counted(running, "fetch", "fetches"))
+            if running:  # (a SIGTERM during start-up may come twice: see early_sigterm)
+                log.info("stopping now: not waiting for the %s in flight",
+                         counted(running, "fetch", "fetches"))
         else:
             log.info("stopping: no new fetches; waiting for the %d in flight (at most "
                      "timeoutTotal, %g s; a second signal stops waiting), then checkpointing",
@@ -620,6 +627,10 @@ def crawl_log_path(cfg: Config) -> Path | None:
     if cfg.crawl_log is None:
         return None
     return Path(cfg.save_dir) / cfg.crawl_log  # an absolute crawlLog stays as it is
+
+
+def _no_history(visits: list[Visit]) -> None:
+    """recrawl off: no node hands pages over with their history (nor is any asked to)."""
 
 
 def _observed(fetch: PageFetch, observe: Callable[[Site, Job], None]) -> PageFetch:
