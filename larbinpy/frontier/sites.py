@@ -464,8 +464,7 @@ class Sites:
         """The jobs in the in-memory windows, for a checkpoint (spill files have cursors):
         each priority's in its order, the priorities of a site in none (a restart puts each
         job back on its priority's FIFO). One loop, no generator a site: every checkpoint
-        walks the `maxSitesInMemory` sites, and a generator a site walking them was 7% of a
-        million-site crawl's CPU."""
+        walks the `maxSitesInMemory` sites (docs/benchmarks.md, "Broad crawls")."""
         jobs: list[Job] = []
         extend = jobs.extend
         for site in self.by_key.values():
