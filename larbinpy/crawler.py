@@ -129,7 +129,9 @@ class Crawler:
         self.node.bind(CrawlHooks(sites=self.sites, queued=self.sequencer.notify,
                                   changed=self.changed, idle=self.idle,
                                   parse_pending=self.parser.flush,
-                                  adopt=self.revisits.adopt if self.revisits else _no_history))
+                                  adopt=self.revisits.adopt if self.revisits else _no_history,
+                                  surrender=(self.revisits.surrender if self.revisits
+                                             else _no_revisit)))
         fetch_page = self.node.page_fetch(self.reader.fetch)
         if on_page_fetch is not None:
             fetch_page = _observed(fetch_page, on_page_fetch)
@@ -631,6 +633,10 @@ def crawl_log_path(cfg: Config) -> Path | None:
 
 def _no_history(visits: list[Visit]) -> None:
     """recrawl off: no node hands pages over with their history (nor is any asked to)."""
+
+
+def _no_revisit(job: Job) -> None:
+    """recrawl off: no job is a revisit with a history."""
 
 
 def _observed(fetch: PageFetch, observe: Callable[[Site, Job], None]) -> PageFetch:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 import pytest
@@ -245,8 +247,13 @@ async def test_last_modified_of_one_second_resolution_never_hides_a_change(lab):
             assert a.version == seen
         else:
             seen = a.version
-    # a Last-Modified under a second before the answer's Date is not sent back
-    assert sum(a.if_modified_since is None for a in answers) >= len(answers) - 2
+    # a Last-Modified under a second before the answer's Date is not sent back (how many
+    # were depends on how soon each fetch came after its change: the machine's load)
+    for i, a in enumerate(answers):
+        if a.if_modified_since is not None:
+            gave = next(p for p in reversed(answers[:i]) if p.status == 200)
+            lm = parsedate_to_datetime(a.if_modified_since).timestamp()
+            assert math.floor(gave.at) - lm >= 1, (a, gave)
 
 
 async def test_warc_revisit_records_pass_warcio_and_pywb_replays_every_capture(lab):

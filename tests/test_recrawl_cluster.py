@@ -71,8 +71,11 @@ async def test_a_joining_node_takes_over_the_revisits_of_the_sites_it_now_owns(
         await wait_for_nodes(redis_url, n1, n2)
         joined = asyncio.get_running_loop().time()
         # every site goes on being revisited, by its owner only once the handover is done
-        await until(lambda: all(requests(h, joined).count("n2") >= 3 for h in moved),
-                    "n2 revisiting the sites it took over")
+        try:
+            await until(lambda: all(requests(h, joined).count("n2") >= 3 for h in moved),
+                        "n2 revisiting the sites it took over")
+        except AssertionError as exc:
+            raise AssertionError({h: requests(h, joined) for h in moved}) from exc
         settled = max(h.start for h in web.hits)
         await until(lambda: all(len(requests(h, settled)) >= 2 for h in hosts),
                     "two more rounds everywhere")

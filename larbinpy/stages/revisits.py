@@ -246,6 +246,17 @@ class Revisits:
         self.schedule.flush()
         self.wake.set()
 
+    def surrender(self, job: Job) -> Visit | None:
+        """A queued job leaves for its site's new owner (a cluster's rebalance): a revisit's
+        history goes with it, out of this node's schedule (None: not a revisit, or stale)."""
+        if job.kind is not JobKind.REVISIT:
+            return None
+        visit = self.schedule.get(job.url)
+        if visit is not None:
+            self.schedule.drop(job.url)
+        self.release(job)
+        return visit
+
     def site_state(self, site: Site) -> SiteRecrawl:
         """The site's recrawl state, made at its first use."""
         state = self.sites.recrawl_state(site)
