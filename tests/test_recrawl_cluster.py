@@ -1,6 +1,7 @@
 """Recrawl in a cluster: the node that owns a site keeps its pages' schedules, and when a node
-joins, the revisits of the sites it now owns go to it with their pages' history. Two nodes in this process, one real
-redis-server, the loopback web of tests/revisitweb.py (each node sends its own `From`)."""
+joins, the revisits of the sites it now owns go to it with their pages' history. Two nodes in
+this process, one real redis-server, the loopback web of tests/revisitweb.py (each node sends
+its own `From`)."""
 
 from __future__ import annotations
 
