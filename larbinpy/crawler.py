@@ -151,7 +151,8 @@ class Crawler:
         # a page is popped at most a granularity late: a small share of recrawlMin
         schedule = Schedule(self.state.schedule_dir, _schedule_position(self.saved.schedule),
                             granularity=min(GRANULARITY, max(0.01, self.cfg.recrawl_min / 16)))
-        revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed)
+        revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed,
+                            states=self.state.schedule_dir / "sites.sqlite")
         # the crawl log is built before the site table the revisits need: this arrow is set
         # afterwards, like the node's `bind` and `Sites.connect`
         self.crawl_log.scheduler = revisits.schedule_page
@@ -460,6 +461,7 @@ class Crawler:
         if self.revisits is not None:
             self.revisits.schedule.flush()
             self.revisits.schedule.sync()
+            self.revisits.sync()
             schedule = self.revisits.schedule.position()
         done = self.crawl_log.mark()  # jobs finishing from now on are not in this checkpoint
         return (self.frontier.positions(), self.spill.positions(), list(self.in_memory()),
@@ -550,6 +552,7 @@ class Crawler:
             self.contents.close()
         if self.revisits is not None:
             self.revisits.schedule.close()
+            self.revisits.close()
         self.frontier.close()
         self.spill.close()
         self.state.close()

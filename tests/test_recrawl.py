@@ -209,24 +209,44 @@ async def test_a_304_that_hides_a_change_is_caught_and_the_site_loses_its_valida
     def answers() -> list:
         return w.web.answers(host, "/a.html")
 
+    def validated_since_last_200() -> bool:
+        """A 304 answered validators since the page's last 200 (the crawler holds a strong
+        Last-Modified again: a change now can only be hidden, not found by a plain fetch)."""
+        got = answers()
+        last = max((i for i, a in enumerate(got) if a.status == 200), default=len(got))
+        return any(a.status == 304 and a.if_modified_since for a in got[last:])
+
     async with w.crawling(start_urls(w, "false-304")) as crawler:
-        await until(lambda: sum(a.status == 304 for a in answers()) >= 1, "a first 304")
-        for version in range(1, revisits_stage.AUDIT_STRIKES + 1):
+
+        def trusted() -> bool:
+            """The site's validators are still sent."""
+            site = crawler.sites.by_key.get(w.url(host, "/")[:-1])
+            return site is None or crawler.revisits.site_state(site).validators_trusted
+
+        changes = 0
+        while trusted():
+            await until(lambda: validated_since_last_200() or not trusted(),
+                        f"a 304 before change {changes + 1}")
+            if not trusted():
+                break
             page.change()  # the server goes on answering 304 to conditional requests
-            await until(lambda v=version: any(a.status == 200 and a.version == v
+            changes += 1
+            await until(lambda v=changes: any(a.status == 200 and a.version == v
                                               for a in answers()),
-                        f"change {version} found by an unconditional check")
+                        f"change {changes} found by an unconditional check")
         found = len(answers())
         await until(lambda: len(answers()) >= found + 3, "three more fetches")
         state = crawler.revisits.site_state(crawler.sites.by_key[w.url(host, "/")[:-1]])
-    assert state.validators_trusted is False and state.false_304s == 2
-    for version in (1, 2):  # each change was found by a check without validators
+    # two strikes, or one a Last-Modified before the 304 proved (a change a second older)
+    assert state.false_304s == revisits_stage.AUDIT_STRIKES
+    assert 1 <= changes <= revisits_stage.AUDIT_STRIKES
+    for version in range(1, changes + 1):  # each change was found by a check without validators
         first = next(a for a in answers() if a.status == 200 and a.version == version)
         assert first.if_none_match is None and first.if_modified_since is None
     # from then on the site gets no validators: its 304s proved false
     assert all(a.if_modified_since is None and a.status == 200 for a in answers()[found:])
     kinds = [x["kind"] for x in w.log_lines() if x["url"] == w.url(host, "/a.html")]
-    assert kinds.count("success") == 3 and kinds[-1] == "unchanged"
+    assert kinds.count("success") == changes + 1 and kinds[-1] == "unchanged"
 
 
 async def test_last_modified_of_one_second_resolution_never_hides_a_change(lab):
