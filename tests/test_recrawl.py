@@ -196,6 +196,44 @@ async def test_an_etag_that_changes_on_every_answer_is_dropped_for_its_site(lab)
     assert kinds[0] == "success" and set(kinds[1:]) == {"unchanged"}
 
 
+async def test_a_restart_keeps_each_sites_budget_and_the_validators_it_proved_false(lab):
+    w = await lab("etag-churn", "honest")
+    churn, honest = "etag-churn.revisit.test", "honest.revisit.test"
+    keys = {h: w.url(h, "/")[:-1] for h in (churn, honest)}
+    seeds = start_urls(w, "etag-churn", "honest")
+
+    def state_of(crawler: Crawler, host: str) -> revisits_stage.SiteRecrawl | None:
+        site = crawler.sites.by_key.get(keys[host])
+        return None if site is None else crawler.revisits.site_state(site)
+
+    def revisited(host: str, since: float, n: int) -> bool:
+        return sum(a.at > since for a in w.web.answers(host, "/a.html")) >= n
+
+    async with w.crawling(seeds) as crawler:
+        await until(lambda: (s := state_of(crawler, churn)) is not None and not s.etag_trusted,
+                    "the churning ETag proved false")
+        await until(lambda: revisited(honest, 0.0, 3), "the honest site revisited")
+    states = revisits_stage.SiteStates(w.tmp / "state" / "schedule" / "sites.sqlite")
+    saved = {h: states.get(keys[h], 1.0) for h in keys}
+    states.close()
+    assert saved[churn] is not None and saved[churn].etag_trusted is False
+    assert saved[honest] is not None and saved[honest].etag_trusted is True
+    # its two pages (one may be between a 304 and its audit, counted again when checked)
+    assert saved[honest].budget.pages in (1, 2) and saved[honest].budget.mu > 0
+    stopped = time.time()
+    async with w.crawling(seeds, scratch=False) as crawler:
+        await until(lambda: revisited(churn, stopped, 2) and revisited(honest, stopped, 2),
+                    "both sites revisited after the restart")
+        after = {h: state_of(crawler, h) for h in keys}
+    assert after[churn] is not None and after[churn].etag_trusted is False
+    # the pages scheduled before the restart are still counted once in their site's budget
+    assert after[honest] is not None and after[honest].budget.pages in (1, 2)
+    # the churning site never gets its ETag back; the honest one keeps getting its own
+    assert all(a.if_none_match is None for a in w.web.served if a.host == churn
+               and a.at > stopped)
+    assert any(a.if_none_match for a in w.web.served if a.host == honest and a.at > stopped)
+
+
 async def test_a_304_that_hides_a_change_is_caught_and_the_site_loses_its_validators(
         lab, monkeypatch):
     # recrawlMin 0.2 s makes every page look fast-changing to the estimator: the risk bound
