@@ -239,21 +239,21 @@ class SiteBudget:
                 self.mu = 0.1 * lo
         return interval(rate, self.mu, lo, hi)
 
-    def first(self, lo: float, hi: float) -> float:
+    def first(self, lo: float, hi: float, coming: int = 0) -> float:
         """A new page's first interval, before anything is known of it: the site's mean
-        interval counting it (pages / capacity, within [lo, hi]), so that a first pass does
-        not schedule every page at lo, far beyond what the site can serve."""
-        self.pages += 1
-        new = self.mean_interval(lo, hi)
-        self.pages -= 1
+        interval counting it and the `coming` pages not fetched yet ((pages + 1 + coming) /
+        capacity, within [lo, hi]), so that a first pass does not schedule its pages at lo,
+        far beyond what the site can serve."""
+        new = self.mean_interval(lo, hi, 1 + coming)
         self.account(None, new)
         return new
 
-    def mean_interval(self, lo: float, hi: float) -> float:
-        """The interval that spends the capacity evenly over the site's pages, in [lo, hi]."""
+    def mean_interval(self, lo: float, hi: float, more: int = 0) -> float:
+        """The interval that spends the capacity evenly over the site's pages (and `more`),
+        within [lo, hi]."""
         if self.capacity <= 0.0:
             return hi
-        return min(hi, max(lo, self.pages / self.capacity))
+        return min(hi, max(lo, (self.pages + more) / self.capacity))
 
     def account(self, old_interval: float | None, new_interval: float | None) -> None:
         """Record that a page's interval changed (None: no page before / after), then step mu."""

@@ -3,14 +3,16 @@
 With `recrawl on` this stage closes the pipeline's loop. The crawl log tells it every page's
 final outcome (`CrawlLog.scheduler`): it updates the page's history in the schedule
 (`frontier/schedule.py`: validators, payload digest, the change-rate estimator's state) and
-gives the page its next due time, `freshness.interval` for the page's estimated change rate
-and its site's multiplier, within recrawlMin..recrawlMax (failures on a longer schedule of
-their own). Its task pops the visits that came due and feeds them to their sites' queues as
-`REVISIT` jobs, behind the never-fetched URLs: a site gets a revisit only when it has no other
-job queued, at most `connectionsPerHost` at a time, spaced to `recrawlShare` of its
-politeness capacity. Popped visits wait in memory only up to `PENDING_MAX` (`PER_SITE_MAX` a
-site; a busier site's are put back a little later), so memory is bounded whatever the
-schedule holds.
+gives the page its next due time: (1 - PULL) of `freshness.interval` for the page's
+estimated change rate and its site's multiplier, within recrawlMin..recrawlMax (failures on a
+longer schedule of their own; a page new to the schedule, its site's mean interval). Its
+task pops the visits that came due and feeds them to their sites' queues as `REVISIT` jobs,
+behind the never-fetched URLs: a site gets a revisit only when it has no other job queued, at
+most `connectionsPerHost` at a time, spaced to `recrawlShare` of its politeness capacity, the
+most urgent of its due visits first (`freshness.urgency`). Due a little before their
+interval ends, a site's pages keep it busy when they come in bursts. Popped visits wait in
+memory only up to `PENDING_MAX` (`PER_SITE_MAX` a site; a busier site's are put back a little
+later), so memory is bounded whatever the schedule holds.
 
 The reader asks `prepare` before a revisit (the conditional GET's headers) and hands what it
 observed (`Answer`) to the crawl log. Servers lie, so each validator is trusted per site only
@@ -20,11 +22,16 @@ until it proves false (`SiteRecrawl`), and the payload digest decides whenever a
   again, and its Last-Modified no longer feeds the estimator;
 - a Last-Modified less than a second before the answer's Date is weak (RFC 9110 8.8.2.2: the
   page may change again within that second): not kept as a validator;
-- a 304 that hid a change: after AUDIT_EVERY 304s of a site, the next 304 of a page unlikely
-  to change within the check's delay (its estimated rate says so, AUDIT_RISK) is checked by
-  fetching the page again at once without validators; a body whose digest differs, when a
-  change that soon was unlikely, is a strike, and after AUDIT_STRIKES the site gets no
-  validators from then on (a page that changes often cannot tell a lie from a change).
+- a 304 that hid a change: after AUDIT_FIRST 304s of a site (twice as many after each audit
+  that found no lie, up to AUDIT_EVERY), the next 304 of a page unlikely to change within the
+  check's delay (its estimated rate says so, AUDIT_RISK) is checked by fetching the page
+  again at once without validators; a body whose Last-Modified is a second or more before the
+  304 proves the lie; otherwise a digest that differs, when a change that soon was unlikely,
+  is a strike; after AUDIT_STRIKES the site gets no validators from then on (a page that
+  changes often cannot tell a lie from a change).
+
+Each site's state (`SiteRecrawl`: its budget, which validators hold) is kept in the site's
+record in memory and in `stateDir/schedule/sites.sqlite` (`SiteStates`) for a restart.
 """
 
 from __future__ import annotations
@@ -486,7 +493,9 @@ class Revisits:
         # serve, so it is never idle, and serves them most urgent first (`_most_urgent`).
         old = _interval_of(prior)
         if old is None:  # new to the schedule: nothing known of it yet, the site's mean
-            interval = state.budget.first(self.lo, self.hi)
+            # its site's pages still to come (a first pass) count as well
+            coming = len(site.queue) + self.sites.spill.count(site.key)
+            interval = state.budget.first(self.lo, self.hi, coming)
             target = interval / (1.0 - PULL)
         else:
             target = state.budget.target(rate, self.lo, self.hi)
