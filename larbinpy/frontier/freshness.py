@@ -205,7 +205,7 @@ class SiteBudget:
     relative excess, which is as fast as the demand itself can follow (a page's new interval
     counts only once it is rescheduled). Larger steps overshoot: a mu raised too far sends
     pages to recrawlMax, and they count at that interval until they come back. A new site's
-    mu starts where its first revisited page gets the site's mean interval (pages / capacity).
+    mu starts where a page changing once a mean interval (pages / capacity) gets that interval.
     State: `to_bytes()` (20 bytes) for the site's record.
     """
 
@@ -231,12 +231,12 @@ class SiteBudget:
     def target(self, rate: float, lo: float, hi: float) -> float:
         """The interval at the site's mu for a page of this rate (not counted: `account`)."""
         if self.mu <= 0.0:
-            # A new site: start where this page gets the site's mean interval (or, with no
-            # page counted yet, where the prior puts a new page at about lo: mu * lambda
-            # = 0.1 at lambda = 1/lo), then let the controller move it.
-            self.mu = marginal(rate, self.mean_interval(lo, hi)) if self.pages else 0.0
-            if self.mu <= 0.0:
-                self.mu = 0.1 * lo
+            # A new site: start where a page changing once a mean interval gets the mean
+            # interval (or, with no page counted yet, where the prior puts a new page at
+            # about lo: mu * lambda = 0.1 at lambda = 1/lo), then let the controller move
+            # it. Not this page's own rate: one visit makes it ten times too high or too low.
+            mean = self.mean_interval(lo, hi)
+            self.mu = marginal(1.0 / mean, mean) if self.pages else 0.1 * lo
         return interval(rate, self.mu, lo, hi)
 
     def first(self, lo: float, hi: float, coming: int = 0) -> float:
