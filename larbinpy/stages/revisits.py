@@ -305,11 +305,22 @@ class Revisits:
         for i, (visit, rate) in enumerate(fifo):
             if visit.url in self.audits:
                 return i
-            target = (_interval_of(visit) or 0.0) / (1.0 - PULL)
-            value = freshness.urgency(rate, now - visit.fetched_at, target)
+            value = freshness.urgency(rate, now - visit.fetched_at, self._target_of(visit))
             if value > best_value:
                 best, best_value = i, value
         return best
+
+    def _due_after(self, target: float) -> float:
+        """Seconds after a fetch that a page meant for `target` may be fetched again: (1 -
+        PULL) of it, not before recrawlMin; at recrawlMax (a page that never changes, or too
+        fast to follow) all of it: a visit before gains nothing."""
+        return target if target >= self.hi else max(self.lo, (1.0 - PULL) * target)
+
+    def _target_of(self, visit: Visit) -> float:
+        """The interval a waiting visit was meant for (`_due_after`'s inverse: a due interval
+        above (1 - PULL) recrawlMax can only be recrawlMax's, to the schedule's millisecond)."""
+        due = _interval_of(visit) or 0.0
+        return due if due > (1.0 - PULL) * self.hi + 0.01 else due / (1.0 - PULL)
 
     def _rate(self, stats: bytes) -> float:
         """A page's change rate as its schedule uses it (too fast to follow: inf)."""
@@ -499,7 +510,7 @@ class Revisits:
             target = interval / (1.0 - PULL)
         else:
             target = state.budget.target(rate, self.lo, self.hi)
-            interval = max(self.lo, (1.0 - PULL) * target)
+            interval = self._due_after(target)
             state.budget.account(old, interval)
         self._note_freshness(freshness.freshness(rate, target))
         if kind is Outcome.notModified:
