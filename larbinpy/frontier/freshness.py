@@ -204,12 +204,17 @@ class SiteBudget:
     clamped to +-STEP_MAX): a full round of the site's pages moves it by about GAIN times the
     relative excess, which is as fast as the demand itself can follow (a page's new interval
     counts only once it is rescheduled). Larger steps overshoot: a mu raised too far sends
-    pages to recrawlMax, and they count at that interval until they come back. A new site's
+    pages to recrawlMax, and they count at that interval until they come back. Downward (the
+    site asks less than it can serve, as when its first revisits find pages unchanged and
+    give them long intervals) the gain is GAIN_DOWN: a lower mu shortens intervals, which
+    come back soon, and a site asking a little too much only has a backlog, served most urgent
+    first (at GAIN, a recrawl bench site stayed below its capacity for rounds). A new site's
     mu starts where a page changing once a mean interval (pages / capacity) gets that interval.
     State: `to_bytes()` (20 bytes) for the site's record.
     """
 
     GAIN = 1.0
+    GAIN_DOWN = 3.0  # when the site asks less than it can serve (see the docstring)
     STEP_MAX = 1.0  # at most e^(GAIN * STEP_MAX) on mu a round of the site's pages
     MU_MIN, MU_MAX = 1e-9, 1e12
     _PACK = struct.Struct("<ddI")
@@ -273,7 +278,8 @@ class SiteBudget:
         if self.capacity <= 0.0 or self.pages == 0 or self.mu <= 0.0:
             return
         excess = (self.demand - self.capacity) / self.capacity
-        step = self.GAIN * max(-self.STEP_MAX, min(self.STEP_MAX, excess)) / self.pages
+        gain = self.GAIN if excess > 0 else self.GAIN_DOWN
+        step = gain * max(-self.STEP_MAX, min(self.STEP_MAX, excess)) / self.pages
         self.mu = min(self.MU_MAX, max(self.MU_MIN, self.mu * math.exp(step)))
 
     def to_bytes(self) -> bytes:
