@@ -157,7 +157,7 @@ class Crawler:
         schedule = Schedule(self.state.schedule_dir, _schedule_position(self.saved.schedule),
                             granularity=min(GRANULARITY, max(0.01, self.cfg.recrawl_min / 16)))
         revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed,
-                            self.node.hand_over)
+                            self.node.hand_over, states=self.state.schedule_dir / "sites.sqlite")
         # the crawl log is built before the site table the revisits need: this arrow is set
         # afterwards, like the node's `bind` and `Sites.connect`
         self.crawl_log.scheduler = revisits.schedule_page
@@ -466,6 +466,7 @@ class Crawler:
         if self.revisits is not None:
             self.revisits.schedule.flush()
             self.revisits.schedule.sync()
+            self.revisits.sync()
             schedule = self.revisits.schedule.position()
         done = self.crawl_log.mark()  # jobs finishing from now on are not in this checkpoint
         return (self.frontier.positions(), self.spill.positions(), list(self.in_memory()),
@@ -559,6 +560,7 @@ class Crawler:
             self.contents.close()
         if self.revisits is not None:
             self.revisits.schedule.close()
+            self.revisits.close()
         self.frontier.close()
         self.spill.close()
         self.state.close()

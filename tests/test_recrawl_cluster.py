@@ -30,6 +30,7 @@ def fast_heartbeats(monkeypatch):
     of 304s (unconditional fetches are counted below)."""
     monkeypatch.setattr(membership, "HEARTBEAT_S", 0.1)
     monkeypatch.setattr(membership, "EXPIRY_S", 30.0)
+    monkeypatch.setattr(revisits_stage, "AUDIT_FIRST", 10**6)
     monkeypatch.setattr(revisits_stage, "AUDIT_EVERY", 10**6)
 
 

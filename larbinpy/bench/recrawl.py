@@ -215,9 +215,10 @@ def _share(part: int, whole: int) -> float | None:
 
 
 def analyse(truth: dict[str, Any], lines: list[dict[str, Any]], end: float, wait: float,
-            per_host: int) -> dict[str, Any]:
+            per_host: int, bounds: tuple[float, float] | None = None) -> dict[str, Any]:
     """Every figure of the recrawl bench from the server's log (`truth`), the crawl log's
-    lines, the time the crawl was stopped, and the politeness settings."""
+    lines, the time the crawl was stopped, the politeness settings, and (for the reachable
+    optimum) recrawlMin and recrawlMax."""
     pages = truth["pages"]
     by_url = {p["url"]: p for p in pages}
     got = page_lines(lines, set(by_url))
@@ -243,9 +244,15 @@ def analyse(truth: dict[str, Any], lines: list[dict[str, Any]], end: float, wait
         result["warnings"].append(f"{unmatched} crawl-log 200s with no answer in the server's log")
     budgets = site_budgets(got, by_url, first_pass, end)
     result["sites"] = theory_per_site(pages, budgets, per_host / wait if wait > 0 else 0.0)
+    if bounds is not None:
+        reachable(result["sites"], pages, answers, wait, per_host, bounds)
     result["freshness"] = _mean(fresh.values())
-    for name in ("uniform", "optimum", "optimum_full"):
+    for name in ("uniform", "optimum", "optimum_full") + (("optimum_reachable",) if bounds
+                                                          else ()):
         result[name] = _weighted(result["sites"], name)
+    if bounds is not None:
+        result["over_optimum_reachable"] = _ratio(result["freshness"],
+                                                  result["optimum_reachable"])
     result["over_uniform"] = _ratio(result["freshness"], result["uniform"])
     result["over_optimum"] = _ratio(result["freshness"], result["optimum"])
     result["over_optimum_full"] = _ratio(result["freshness"], result["optimum_full"])
@@ -289,6 +296,27 @@ def theory_per_site(pages: list[dict[str, Any]], budgets: dict[str, float],
                      "uniform": uniform(rs, b), "optimum": optimal_freshness(rs, b),
                      "optimum_full": optimal_freshness(rs, capacity)}
     return out
+
+
+def reachable(sites: dict[str, dict[str, Any]], pages: list[dict[str, Any]],
+              answers: list[Answer], wait: float, per_host: int,
+              bounds: tuple[float, float]) -> None:
+    """Per host, the optimum a schedule can reach: intervals within recrawlMin..recrawlMax
+    (`bounds`), at the fetches a second the host's politeness lets through,
+    connectionsPerHost / (waitDuration + its mean answer time, from the server's clock)."""
+    took: dict[str, list[float]] = defaultdict(list)
+    for a in answers:
+        took[a.host].append(a.end - a.start)
+    rates: dict[str, list[float]] = defaultdict(list)
+    for p in pages:
+        rates[p["host"]].append(p["rate"])
+    for host, rs in rates.items():
+        times = took.get(host) or [0.0]
+        cycle = wait + sum(times) / len(times)
+        capacity = per_host / cycle if cycle > 0 else math.inf
+        sites[host]["capacity_reachable"] = round(capacity, 3)
+        sites[host]["optimum_reachable"] = mean_freshness(
+            rs, optimal_allocation(rs, capacity, *bounds))
 
 
 def kind_table(pages: list[dict[str, Any]], fresh: dict[str, float], budgets: dict[str, float],
@@ -422,7 +450,7 @@ def recrawl_bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         truth = server.truth()
     lines = read_crawl_log(workdir / "crawl.jsonl")
     result = analyse(truth, [line for line in lines if line["t"] <= stopped], stopped,
-                     args.wait, args.per_host)
+                     args.wait, args.per_host, (args.recrawl_min, args.recrawl_max))
     result.update(seconds=args.seconds, wait=args.wait, per_host=args.per_host,
                   recrawl_min=args.recrawl_min, recrawl_max=args.recrawl_max,
                   hosts_per_kind=args.hosts_per_kind, pages_per_host=args.pages,
@@ -486,6 +514,10 @@ def report_text(r: dict[str, Any]) -> str:
              f"  freshness of the copy {r['freshness']:.4f}; uniform at the same budget "
              f"{r['uniform']:.4f}, optimum at the same budget {r['optimum']:.4f}, optimum at "
              f"full capacity {r['optimum_full']:.4f}"]
+    if r.get("optimum_reachable") is not None:
+        lines.append(f"  optimum reachable (intervals within recrawlMin..recrawlMax, at "
+                     f"connectionsPerHost / (waitDuration + answer time) a second) "
+                     f"{r['optimum_reachable']:.4f}: freshness x{r['over_optimum_reachable']:.4f}")
     for name, bar, what in BARS:
         value = r.get(name)
         verdict = "-" if value is None else ("ok" if value >= bar else "BELOW")
