@@ -16,8 +16,9 @@ from the crawl log and the server's log of every answer and every change:
   optimum at the crawler's own budget (its page fetches a second per site in that window), and
   the optimum at the sites' full capacity (connectionsPerHost / waitDuration a second);
 * the validator share (revisits to the honest validator-giving hosts, `etag` and `lm`, whose copy
-  had a strong validator, carrying If-None-Match or If-Modified-Since), the 304 share of their
-  revisits that found the page unchanged, per kind of host too; politeness gaps (a request
+  had a strong validator, carrying If-None-Match or If-Modified-Since), the 304 share of those
+  same revisits that found the page unchanged (a copy whose only validator is weak has nothing
+  to send back), per kind of host too; politeness gaps (a request
   starting less than waitDuration after the end of the host's previous one, from the server);
   with --restart, pages the restarted daemon fetched before their `next`.
 """
@@ -166,7 +167,8 @@ def validator_figures(answers: list[Answer], pages: list[dict[str, Any]]
     a validator, of all and of those whose copy had a strong one (an ETag; a Last-Modified at
     least a second before the answer's Date, RFC 9110 8.8.2.2: a later one is weak); unchanged
     revisits (the page's version is the copy's, the last 200's) and the share of them answered
-    304; 304s for a page that had changed."""
+    304, of all and of those whose copy had a strong validator; 304s for a page that had
+    changed."""
     kinds = {p["host"]: p["kind"] for p in pages}
     changes = {(p["host"], p["path"]): p["changes"] for p in pages}
     copy: dict[tuple[str, str], tuple[int, bool]] = {}  # page -> (version, strong validator)
@@ -186,6 +188,10 @@ def validator_figures(answers: list[Answer], pages: list[dict[str, Any]]
             unchanged = a.version == version
             c["unchanged"] += unchanged
             c["unchanged_304"] += unchanged and a.status == 304
+            # a copy with a weak validator only (a Last-Modified under a second old) has
+            # nothing that may be sent back: its 304 share is not the crawler's to make
+            c["strong_unchanged"] += unchanged and strong
+            c["strong_unchanged_304"] += unchanged and strong and a.status == 304
             c["changed_304"] += not unchanged and a.status == 304
         if a.status == 200:
             copy[key] = (a.version, kind in ETAG_KINDS or _strong_lm(kind, changes[key],
@@ -195,7 +201,9 @@ def validator_figures(answers: list[Answer], pages: list[dict[str, Any]]
         out[kind] = {**c, "validator_share": _share(c["with_validator"], c["revisits"]),
                      "strong_validator_share": _share(c["strong_with_validator"],
                                                       c["strong_revisits"]),
-                     "not_modified_share": _share(c["unchanged_304"], c["unchanged"])}
+                     "not_modified_share_all": _share(c["unchanged_304"], c["unchanged"]),
+                     "not_modified_share": _share(c["strong_unchanged_304"],
+                                                  c["strong_unchanged"])}
     return out
 
 
@@ -262,8 +270,11 @@ def analyse(truth: dict[str, Any], lines: list[dict[str, Any]], end: float, wait
                                            sum(k.get("revisits", 0) for k in honest))
     result["validator_share"] = _share(sum(k.get("strong_with_validator", 0) for k in honest),
                                        sum(k.get("strong_revisits", 0) for k in honest))
-    result["not_modified_share"] = _share(sum(k.get("unchanged_304", 0) for k in honest),
-                                          sum(k.get("unchanged", 0) for k in honest))
+    result["not_modified_share_all"] = _share(sum(k.get("unchanged_304", 0) for k in honest),
+                                              sum(k.get("unchanged", 0) for k in honest))
+    result["not_modified_share"] = _share(
+        sum(k.get("strong_unchanged_304", 0) for k in honest),
+        sum(k.get("strong_unchanged", 0) for k in honest))
     result["politeness"] = politeness_gaps(answers, wait)
     result["outcomes"] = dict(Counter(line["kind"] for g in got.values() for line in g))
     if window < FIRST_PASS_SHARE * (end - truth["t0"]):
@@ -499,7 +510,7 @@ def resumed_schedules(lines: list[dict[str, Any]], stopped: float, started: floa
 BARS = (("over_uniform", 1.03, "freshness / uniform at the same budget"),
         ("over_optimum_full", 0.95, "freshness / optimum at full capacity"),
         ("validator_share", 0.95, "revisits to honest hosts' strong validators sending it"),
-        ("not_modified_share", 0.95, "unchanged pages on those hosts answered 304"))
+        ("not_modified_share", 0.95, "their unchanged strong-validator copies answered 304"))
 
 
 def report_text(r: dict[str, Any]) -> str:
@@ -523,8 +534,9 @@ def report_text(r: dict[str, Any]) -> str:
         verdict = "-" if value is None else ("ok" if value >= bar else "BELOW")
         shown = "n/a" if value is None else f"{value:.4f}"
         lines.append(f"  {what:54} {shown:>7} (bar {bar}) {verdict}")
-    lines.append(f"  (validators on every revisit to those hosts, weak Last-Modified included: "
-                 f"{_pct(r.get('validator_share_all')).strip()})")
+    lines.append(f"  (weak Last-Modified included: validators on every revisit to those "
+                 f"hosts {_pct(r.get('validator_share_all')).strip()}, unchanged pages "
+                 f"answered 304 {_pct(r.get('not_modified_share_all')).strip()})")
     gaps = r["politeness"]
     lines.append(f"  politeness: {gaps['short_gaps']} gaps shorter than waitDuration (least "
                  f"{gaps['least_gap_s']} s)")
