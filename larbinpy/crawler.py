@@ -129,7 +129,9 @@ class Crawler:
         self.node.bind(CrawlHooks(sites=self.sites, queued=self.sequencer.notify,
                                   changed=self.changed, idle=self.idle,
                                   parse_pending=self.parser.flush,
-                                  adopt=self.revisits.adopt if self.revisits else _no_history))
+                                  adopt=self.revisits.adopt if self.revisits else _no_history,
+                                  surrender=(self.revisits.surrender if self.revisits
+                                             else _no_revisit)))
         fetch_page = self.node.page_fetch(self.reader.fetch)
         if on_page_fetch is not None:
             fetch_page = _observed(fetch_page, on_page_fetch)
@@ -155,7 +157,7 @@ class Crawler:
         schedule = Schedule(self.state.schedule_dir, _schedule_position(self.saved.schedule),
                             granularity=min(GRANULARITY, max(0.01, self.cfg.recrawl_min / 16)))
         revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed,
-                            self.node.hand_over)
+                            self.node.hand_over, states=self.state.schedule_dir / "sites.sqlite")
         # the crawl log is built before the site table the revisits need: this arrow is set
         # afterwards, like the node's `bind` and `Sites.connect`
         self.crawl_log.scheduler = revisits.schedule_page
@@ -464,6 +466,7 @@ class Crawler:
         if self.revisits is not None:
             self.revisits.schedule.flush()
             self.revisits.schedule.sync()
+            self.revisits.sync()
             schedule = self.revisits.schedule.position()
         done = self.crawl_log.mark()  # jobs finishing from now on are not in this checkpoint
         return (self.frontier.positions(), self.spill.positions(), list(self.in_memory()),
@@ -557,6 +560,7 @@ class Crawler:
             self.contents.close()
         if self.revisits is not None:
             self.revisits.schedule.close()
+            self.revisits.close()
         self.frontier.close()
         self.spill.close()
         self.state.close()
@@ -631,6 +635,10 @@ def crawl_log_path(cfg: Config) -> Path | None:
 
 def _no_history(visits: list[Visit]) -> None:
     """recrawl off: no node hands pages over with their history (nor is any asked to)."""
+
+
+def _no_revisit(job: Job) -> None:
+    """recrawl off: no job is a revisit with a history."""
 
 
 def _observed(fetch: PageFetch, observe: Callable[[Site, Job], None]) -> PageFetch:

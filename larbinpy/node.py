@@ -40,6 +40,9 @@ class CrawlHooks:
     parse_pending: Callable[[], None]  # parse the pages read so far (links on to admission)
     # pages handed over by another node with their history: into the recrawl schedule
     adopt: Callable[[list[Visit]], None]
+    # a queued job leaves for its site's new owner: a revisit's page history, which leaves
+    # this node's schedule with it (None: not a revisit)
+    surrender: Callable[[Job], Visit | None]
 
 
 class Node(Protocol):

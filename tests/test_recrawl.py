@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 import pytest
@@ -140,8 +142,11 @@ async def test_a_page_is_fetched_again_answered_304_then_changed_with_validators
     assert kinds[0] == "success" and "notModified" in kinds
     assert kinds[kinds.index("notModified"):].count("success") >= 1  # the change, seen
     assert all("next" in x and x["next"] > x["t"] for x in lines)  # every line says when
-    # within recrawlMin..recrawlMax (an audit of a 304 is due at once: none here, too few)
-    assert all(0.2 - 0.01 <= x["next"] - x["t"] <= 0.4 + 0.01 for x in lines)
+    # within recrawlMin..recrawlMax (an audit of a 304 is due at once: none here, too few),
+    # from when it was scheduled: a line is written up to a loop turn later (a loaded machine
+    # makes that longer), so only the upper bound holds for every line
+    gaps = sorted(x["next"] - x["t"] for x in lines)
+    assert gaps[-1] <= 0.4 + 0.01 and gaps[len(gaps) // 2] >= 0.2 - 0.01, gaps
     assert status["scheduled"] >= 2 and status["revisits"]["notModified"] >= 1
     assert 0 < status["not_modified_share"] <= 1 and 0 < status["freshness"] <= 1
     # a page the crawl keeps the copy of: saved again when it changed, not when it did not
@@ -196,6 +201,44 @@ async def test_an_etag_that_changes_on_every_answer_is_dropped_for_its_site(lab)
     assert kinds[0] == "success" and set(kinds[1:]) == {"unchanged"}
 
 
+async def test_a_restart_keeps_each_sites_budget_and_the_validators_it_proved_false(lab):
+    w = await lab("etag-churn", "honest")
+    churn, honest = "etag-churn.revisit.test", "honest.revisit.test"
+    keys = {h: w.url(h, "/")[:-1] for h in (churn, honest)}
+    seeds = start_urls(w, "etag-churn", "honest")
+
+    def state_of(crawler: Crawler, host: str) -> revisits_stage.SiteRecrawl | None:
+        site = crawler.sites.by_key.get(keys[host])
+        return None if site is None else crawler.revisits.site_state(site)
+
+    def revisited(host: str, since: float, n: int) -> bool:
+        return sum(a.at > since for a in w.web.answers(host, "/a.html")) >= n
+
+    async with w.crawling(seeds) as crawler:
+        await until(lambda: (s := state_of(crawler, churn)) is not None and not s.etag_trusted,
+                    "the churning ETag proved false")
+        await until(lambda: revisited(honest, 0.0, 3), "the honest site revisited")
+    states = revisits_stage.SiteStates(w.tmp / "state" / "schedule" / "sites.sqlite")
+    saved = {h: states.get(keys[h], 1.0) for h in keys}
+    states.close()
+    assert saved[churn] is not None and saved[churn].etag_trusted is False
+    assert saved[honest] is not None and saved[honest].etag_trusted is True
+    # its two pages (one may be between a 304 and its audit, counted again when checked)
+    assert saved[honest].budget.pages in (1, 2) and saved[honest].budget.mu > 0
+    stopped = time.time()
+    async with w.crawling(seeds, scratch=False) as crawler:
+        await until(lambda: revisited(churn, stopped, 2) and revisited(honest, stopped, 2),
+                    "both sites revisited after the restart")
+        after = {h: state_of(crawler, h) for h in keys}
+    assert after[churn] is not None and after[churn].etag_trusted is False
+    # the pages scheduled before the restart are still counted once in their site's budget
+    assert after[honest] is not None and after[honest].budget.pages in (1, 2)
+    # the churning site never gets its ETag back; the honest one keeps getting its own
+    assert all(a.if_none_match is None for a in w.web.served if a.host == churn
+               and a.at > stopped)
+    assert any(a.if_none_match for a in w.web.served if a.host == honest and a.at > stopped)
+
+
 async def test_a_304_that_hides_a_change_is_caught_and_the_site_loses_its_validators(
         lab, monkeypatch):
     # recrawlMin 0.2 s makes every page look fast-changing to the estimator: the risk bound
@@ -209,24 +252,44 @@ async def test_a_304_that_hides_a_change_is_caught_and_the_site_loses_its_valida
     def answers() -> list:
         return w.web.answers(host, "/a.html")
 
+    def validated_since_last_200() -> bool:
+        """A 304 answered validators since the page's last 200 (the crawler holds a strong
+        Last-Modified again: a change now can only be hidden, not found by a plain fetch)."""
+        got = answers()
+        last = max((i for i, a in enumerate(got) if a.status == 200), default=len(got))
+        return any(a.status == 304 and a.if_modified_since for a in got[last:])
+
     async with w.crawling(start_urls(w, "false-304")) as crawler:
-        await until(lambda: sum(a.status == 304 for a in answers()) >= 1, "a first 304")
-        for version in range(1, revisits_stage.AUDIT_STRIKES + 1):
+
+        def trusted() -> bool:
+            """The site's validators are still sent."""
+            site = crawler.sites.by_key.get(w.url(host, "/")[:-1])
+            return site is None or crawler.revisits.site_state(site).validators_trusted
+
+        changes = 0
+        while trusted():
+            await until(lambda: validated_since_last_200() or not trusted(),
+                        f"a 304 before change {changes + 1}")
+            if not trusted():
+                break
             page.change()  # the server goes on answering 304 to conditional requests
-            await until(lambda v=version: any(a.status == 200 and a.version == v
+            changes += 1
+            await until(lambda v=changes: any(a.status == 200 and a.version == v
                                               for a in answers()),
-                        f"change {version} found by an unconditional check")
+                        f"change {changes} found by an unconditional check")
         found = len(answers())
         await until(lambda: len(answers()) >= found + 3, "three more fetches")
         state = crawler.revisits.site_state(crawler.sites.by_key[w.url(host, "/")[:-1]])
-    assert state.validators_trusted is False and state.false_304s == 2
-    for version in (1, 2):  # each change was found by a check without validators
+    # two strikes, or one a Last-Modified before the 304 proved (a change a second older)
+    assert state.false_304s == revisits_stage.AUDIT_STRIKES
+    assert 1 <= changes <= revisits_stage.AUDIT_STRIKES
+    for version in range(1, changes + 1):  # each change was found by a check without validators
         first = next(a for a in answers() if a.status == 200 and a.version == version)
         assert first.if_none_match is None and first.if_modified_since is None
     # from then on the site gets no validators: its 304s proved false
     assert all(a.if_modified_since is None and a.status == 200 for a in answers()[found:])
     kinds = [x["kind"] for x in w.log_lines() if x["url"] == w.url(host, "/a.html")]
-    assert kinds.count("success") == 3 and kinds[-1] == "unchanged"
+    assert kinds.count("success") == changes + 1 and kinds[-1] == "unchanged"
 
 
 async def test_last_modified_of_one_second_resolution_never_hides_a_change(lab):
@@ -245,8 +308,13 @@ async def test_last_modified_of_one_second_resolution_never_hides_a_change(lab):
             assert a.version == seen
         else:
             seen = a.version
-    # a Last-Modified under a second before the answer's Date is not sent back
-    assert sum(a.if_modified_since is None for a in answers) >= len(answers) - 2
+    # a Last-Modified under a second before the answer's Date is not sent back (how many
+    # were depends on how soon each fetch came after its change: the machine's load)
+    for i, a in enumerate(answers):
+        if a.if_modified_since is not None:
+            gave = next(p for p in reversed(answers[:i]) if p.status == 200)
+            lm = parsedate_to_datetime(a.if_modified_since).timestamp()
+            assert math.floor(gave.at) - lm >= 1, (a, gave)
 
 
 async def test_warc_revisit_records_pass_warcio_and_pywb_replays_every_capture(lab):

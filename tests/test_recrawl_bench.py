@@ -97,6 +97,21 @@ def test_analyse_a_hand_made_run() -> None:
     assert r["optimum_full"] >= r["optimum"] >= r["uniform"] > 0
 
 
+def test_the_reachable_optimum_keeps_the_bounds_and_the_answer_time() -> None:
+    truth, lines, end = hand_made_run()
+    free = analyse(truth, lines, end, wait=2.0, per_host=1)
+    # at most 0.5 fetches a second, less each answer's millisecond; intervals 5..6 s: B
+    # (0.1 changes a second) gets 5 s, not the 2.4 s the unbounded optimum gives it
+    r = analyse(truth, lines, end, wait=2.0, per_host=1, bounds=(5.0, 6.0))
+    site = r["sites"]["etag-0.changing.test"]
+    assert site["capacity_reachable"] == pytest.approx(1 / 2.001, abs=1e-3)
+    assert r["optimum_reachable"] == pytest.approx((1 + freshness(0.1, 5.0)) / 2, abs=1e-4)
+    assert r["optimum_reachable"] < free["optimum_full"]
+    assert r["over_optimum_reachable"] == pytest.approx(r["freshness"] / r["optimum_reachable"],
+                                                        abs=1e-3)
+    assert "optimum_reachable" not in free
+
+
 def test_a_lying_304_leaves_the_copy_stale() -> None:
     truth, lines, end = hand_made_run()
     # B at 15 is a 304 though B changed at 10: the copy stays v0, stale from 10 to 25

@@ -1,6 +1,7 @@
 """Recrawl in a cluster: the node that owns a site keeps its pages' schedules, and when a node
-joins, the revisits of the sites it now owns go to it with their pages' history. Two nodes in this process, one real
-redis-server, the loopback web of tests/revisitweb.py (each node sends its own `From`)."""
+joins, the revisits of the sites it now owns go to it with their pages' history. Two nodes in
+this process, one real redis-server, the loopback web of tests/revisitweb.py (each node sends
+its own `From`)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def fast_heartbeats(monkeypatch):
     of 304s (unconditional fetches are counted below)."""
     monkeypatch.setattr(membership, "HEARTBEAT_S", 0.1)
     monkeypatch.setattr(membership, "EXPIRY_S", 30.0)
+    monkeypatch.setattr(revisits_stage, "AUDIT_FIRST", 10**6)
     monkeypatch.setattr(revisits_stage, "AUDIT_EVERY", 10**6)
 
 
@@ -71,8 +73,11 @@ async def test_a_joining_node_takes_over_the_revisits_of_the_sites_it_now_owns(
         await wait_for_nodes(redis_url, n1, n2)
         joined = asyncio.get_running_loop().time()
         # every site goes on being revisited, by its owner only once the handover is done
-        await until(lambda: all(requests(h, joined).count("n2") >= 3 for h in moved),
-                    "n2 revisiting the sites it took over")
+        try:
+            await until(lambda: all(requests(h, joined).count("n2") >= 3 for h in moved),
+                        "n2 revisiting the sites it took over")
+        except AssertionError as exc:
+            raise AssertionError({h: requests(h, joined) for h in moved}) from exc
         settled = max(h.start for h in web.hits)
         await until(lambda: all(len(requests(h, settled)) >= 2 for h in hosts),
                     "two more rounds everywhere")

@@ -16,8 +16,9 @@ from the crawl log and the server's log of every answer and every change:
   optimum at the crawler's own budget (its page fetches a second per site in that window), and
   the optimum at the sites' full capacity (connectionsPerHost / waitDuration a second);
 * the validator share (revisits to the honest validator-giving hosts, `etag` and `lm`, whose copy
-  had a strong validator, carrying If-None-Match or If-Modified-Since), the 304 share of their
-  revisits that found the page unchanged, per kind of host too; politeness gaps (a request
+  had a strong validator, carrying If-None-Match or If-Modified-Since), the 304 share of those
+  same revisits that found the page unchanged (a copy whose only validator is weak has nothing
+  to send back), per kind of host too; politeness gaps (a request
   starting less than waitDuration after the end of the host's previous one, from the server);
   with --restart, pages the restarted daemon fetched before their `next`.
 """
@@ -166,7 +167,8 @@ def validator_figures(answers: list[Answer], pages: list[dict[str, Any]]
     a validator, of all and of those whose copy had a strong one (an ETag; a Last-Modified at
     least a second before the answer's Date, RFC 9110 8.8.2.2: a later one is weak); unchanged
     revisits (the page's version is the copy's, the last 200's) and the share of them answered
-    304; 304s for a page that had changed."""
+    304, of all and of those whose copy had a strong validator; 304s for a page that had
+    changed."""
     kinds = {p["host"]: p["kind"] for p in pages}
     changes = {(p["host"], p["path"]): p["changes"] for p in pages}
     copy: dict[tuple[str, str], tuple[int, bool]] = {}  # page -> (version, strong validator)
@@ -186,6 +188,10 @@ def validator_figures(answers: list[Answer], pages: list[dict[str, Any]]
             unchanged = a.version == version
             c["unchanged"] += unchanged
             c["unchanged_304"] += unchanged and a.status == 304
+            # a copy with a weak validator only (a Last-Modified under a second old) has
+            # nothing that may be sent back: its 304 share is not the crawler's to make
+            c["strong_unchanged"] += unchanged and strong
+            c["strong_unchanged_304"] += unchanged and strong and a.status == 304
             c["changed_304"] += not unchanged and a.status == 304
         if a.status == 200:
             copy[key] = (a.version, kind in ETAG_KINDS or _strong_lm(kind, changes[key],
@@ -195,7 +201,9 @@ def validator_figures(answers: list[Answer], pages: list[dict[str, Any]]
         out[kind] = {**c, "validator_share": _share(c["with_validator"], c["revisits"]),
                      "strong_validator_share": _share(c["strong_with_validator"],
                                                       c["strong_revisits"]),
-                     "not_modified_share": _share(c["unchanged_304"], c["unchanged"])}
+                     "not_modified_share_all": _share(c["unchanged_304"], c["unchanged"]),
+                     "not_modified_share": _share(c["strong_unchanged_304"],
+                                                  c["strong_unchanged"])}
     return out
 
 
@@ -215,9 +223,10 @@ def _share(part: int, whole: int) -> float | None:
 
 
 def analyse(truth: dict[str, Any], lines: list[dict[str, Any]], end: float, wait: float,
-            per_host: int) -> dict[str, Any]:
+            per_host: int, bounds: tuple[float, float] | None = None) -> dict[str, Any]:
     """Every figure of the recrawl bench from the server's log (`truth`), the crawl log's
-    lines, the time the crawl was stopped, and the politeness settings."""
+    lines, the time the crawl was stopped, the politeness settings, and (for the reachable
+    optimum) recrawlMin and recrawlMax."""
     pages = truth["pages"]
     by_url = {p["url"]: p for p in pages}
     got = page_lines(lines, set(by_url))
@@ -243,9 +252,15 @@ def analyse(truth: dict[str, Any], lines: list[dict[str, Any]], end: float, wait
         result["warnings"].append(f"{unmatched} crawl-log 200s with no answer in the server's log")
     budgets = site_budgets(got, by_url, first_pass, end)
     result["sites"] = theory_per_site(pages, budgets, per_host / wait if wait > 0 else 0.0)
+    if bounds is not None:
+        reachable(result["sites"], pages, answers, wait, per_host, bounds)
     result["freshness"] = _mean(fresh.values())
-    for name in ("uniform", "optimum", "optimum_full"):
+    for name in ("uniform", "optimum", "optimum_full") + (("optimum_reachable",) if bounds
+                                                          else ()):
         result[name] = _weighted(result["sites"], name)
+    if bounds is not None:
+        result["over_optimum_reachable"] = _ratio(result["freshness"],
+                                                  result["optimum_reachable"])
     result["over_uniform"] = _ratio(result["freshness"], result["uniform"])
     result["over_optimum"] = _ratio(result["freshness"], result["optimum"])
     result["over_optimum_full"] = _ratio(result["freshness"], result["optimum_full"])
@@ -255,8 +270,11 @@ def analyse(truth: dict[str, Any], lines: list[dict[str, Any]], end: float, wait
                                            sum(k.get("revisits", 0) for k in honest))
     result["validator_share"] = _share(sum(k.get("strong_with_validator", 0) for k in honest),
                                        sum(k.get("strong_revisits", 0) for k in honest))
-    result["not_modified_share"] = _share(sum(k.get("unchanged_304", 0) for k in honest),
-                                          sum(k.get("unchanged", 0) for k in honest))
+    result["not_modified_share_all"] = _share(sum(k.get("unchanged_304", 0) for k in honest),
+                                              sum(k.get("unchanged", 0) for k in honest))
+    result["not_modified_share"] = _share(
+        sum(k.get("strong_unchanged_304", 0) for k in honest),
+        sum(k.get("strong_unchanged", 0) for k in honest))
     result["politeness"] = politeness_gaps(answers, wait)
     result["outcomes"] = dict(Counter(line["kind"] for g in got.values() for line in g))
     if window < FIRST_PASS_SHARE * (end - truth["t0"]):
@@ -289,6 +307,27 @@ def theory_per_site(pages: list[dict[str, Any]], budgets: dict[str, float],
                      "uniform": uniform(rs, b), "optimum": optimal_freshness(rs, b),
                      "optimum_full": optimal_freshness(rs, capacity)}
     return out
+
+
+def reachable(sites: dict[str, dict[str, Any]], pages: list[dict[str, Any]],
+              answers: list[Answer], wait: float, per_host: int,
+              bounds: tuple[float, float]) -> None:
+    """Per host, the optimum a schedule can reach: intervals within recrawlMin..recrawlMax
+    (`bounds`), at the fetches a second the host's politeness lets through,
+    connectionsPerHost / (waitDuration + its mean answer time, from the server's clock)."""
+    took: dict[str, list[float]] = defaultdict(list)
+    for a in answers:
+        took[a.host].append(a.end - a.start)
+    rates: dict[str, list[float]] = defaultdict(list)
+    for p in pages:
+        rates[p["host"]].append(p["rate"])
+    for host, rs in rates.items():
+        times = took.get(host) or [0.0]
+        cycle = wait + sum(times) / len(times)
+        capacity = per_host / cycle if cycle > 0 else math.inf
+        sites[host]["capacity_reachable"] = round(capacity, 3)
+        sites[host]["optimum_reachable"] = mean_freshness(
+            rs, optimal_allocation(rs, capacity, *bounds))
 
 
 def kind_table(pages: list[dict[str, Any]], fresh: dict[str, float], budgets: dict[str, float],
@@ -422,7 +461,7 @@ def recrawl_bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         truth = server.truth()
     lines = read_crawl_log(workdir / "crawl.jsonl")
     result = analyse(truth, [line for line in lines if line["t"] <= stopped], stopped,
-                     args.wait, args.per_host)
+                     args.wait, args.per_host, (args.recrawl_min, args.recrawl_max))
     result.update(seconds=args.seconds, wait=args.wait, per_host=args.per_host,
                   recrawl_min=args.recrawl_min, recrawl_max=args.recrawl_max,
                   hosts_per_kind=args.hosts_per_kind, pages_per_host=args.pages,
@@ -471,7 +510,7 @@ def resumed_schedules(lines: list[dict[str, Any]], stopped: float, started: floa
 BARS = (("over_uniform", 1.03, "freshness / uniform at the same budget"),
         ("over_optimum_full", 0.95, "freshness / optimum at full capacity"),
         ("validator_share", 0.95, "revisits to honest hosts' strong validators sending it"),
-        ("not_modified_share", 0.95, "unchanged pages on those hosts answered 304"))
+        ("not_modified_share", 0.95, "their unchanged strong-validator copies answered 304"))
 
 
 def report_text(r: dict[str, Any]) -> str:
@@ -486,13 +525,18 @@ def report_text(r: dict[str, Any]) -> str:
              f"  freshness of the copy {r['freshness']:.4f}; uniform at the same budget "
              f"{r['uniform']:.4f}, optimum at the same budget {r['optimum']:.4f}, optimum at "
              f"full capacity {r['optimum_full']:.4f}"]
+    if r.get("optimum_reachable") is not None:
+        lines.append(f"  optimum reachable (intervals within recrawlMin..recrawlMax, at "
+                     f"connectionsPerHost / (waitDuration + answer time) a second) "
+                     f"{r['optimum_reachable']:.4f}: freshness x{r['over_optimum_reachable']:.4f}")
     for name, bar, what in BARS:
         value = r.get(name)
         verdict = "-" if value is None else ("ok" if value >= bar else "BELOW")
         shown = "n/a" if value is None else f"{value:.4f}"
         lines.append(f"  {what:54} {shown:>7} (bar {bar}) {verdict}")
-    lines.append(f"  (validators on every revisit to those hosts, weak Last-Modified included: "
-                 f"{_pct(r.get('validator_share_all')).strip()})")
+    lines.append(f"  (weak Last-Modified included: validators on every revisit to those "
+                 f"hosts {_pct(r.get('validator_share_all')).strip()}, unchanged pages "
+                 f"answered 304 {_pct(r.get('not_modified_share_all')).strip()})")
     gaps = r["politeness"]
     lines.append(f"  politeness: {gaps['short_gaps']} gaps shorter than waitDuration (least "
                  f"{gaps['least_gap_s']} s)")

@@ -204,7 +204,9 @@ class Cluster:
             if owner == self.node or not sites.has_work(site):
                 continue
             while sites.has_work(site):
-                self.outbox.add(owner, sites.take(site))
+                job = sites.take(site)
+                visit = self.hooks.surrender(job)  # a revisit: its page's history goes too
+                self.outbox.add(owner, job, None if visit is None else encode_visits([visit]))
                 moved += 1
             sites.rest(site)
         if moved:

@@ -92,21 +92,22 @@ class DnsServer:
         self._records.pop(_norm(name), None)
 
     async def start(self) -> None:
-        """Bind UDP then TCP on the same port (a fresh port is retried if TCP's is taken)."""
+        """Bind TCP then UDP on the same port (a fresh port is retried if UDP's is taken).
+        TCP first: its ports are the scarce ones, shared with every outgoing connection."""
         loop = asyncio.get_running_loop()
         wanted = self.port
         for attempt in range(_BIND_TRIES):
-            self._udp, _ = await loop.create_datagram_endpoint(
-                lambda: _Udp(self), local_addr=(self.host, wanted), family=_family(self.host)
-            )
-            self.port = self._udp.get_extra_info("sockname")[1]
+            self._tcp = await asyncio.start_server(self._serve_tcp, self.host, wanted)
+            self.port = self._tcp.sockets[0].getsockname()[1]
             try:
-                self._tcp = await asyncio.start_server(self._serve_tcp, self.host, self.port)
+                self._udp, _ = await loop.create_datagram_endpoint(
+                    lambda: _Udp(self), local_addr=(self.host, self.port),
+                    family=_family(self.host))
                 return
             except OSError as exc:
-                self._udp.close()
-                self._udp = None
-                # A kernel-picked UDP port may be busy on TCP; only then is retrying meaningful.
+                self._tcp.close()
+                self._tcp = None
+                # A kernel-picked TCP port may be busy on UDP; only then is retrying meaningful.
                 if exc.errno != errno.EADDRINUSE or wanted != 0 or attempt == _BIND_TRIES - 1:
                     raise
 

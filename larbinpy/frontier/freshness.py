@@ -129,6 +129,33 @@ def interval(rate: float, mu: float, lo: float, hi: float) -> float:
     return min(hi, max(lo, _gain_inverse(mu * rate) / rate))
 
 
+def marginal(rate: float, interval: float) -> float:
+    """dF/df of a page of this rate revisited every `interval` s: the freshness one more
+    visit a second buys it, (1 - (1 + x) e^(-x)) / lambda at x = lambda I."""
+    if rate <= 0.0 or math.isinf(rate) or interval <= 0.0:
+        return 0.0
+    x = rate * interval
+    if x < 1e-3:  # the two terms of _gain cancel: its series, x^2 / 2 - x^3 / 3
+        return x * x * (0.5 - x / 3.0) / rate
+    return _gain(x) / rate
+
+
+def urgency(rate: float, since: float, target: float) -> float:
+    """How due a page is, `since` s after its last fetch, when it was meant for `target` s:
+    its marginal gain now over its gain at the target (1 at the target, rising after it).
+    Pages of one site at their optimum all have the same gain mu there, so under a backlog
+    the most urgent page is the one a visit now helps most (the greedy index policy of Azar
+    et al., "Tractable near-optimal policies for crawling", 2018); a page kept at a bound of
+    the schedule, or whose gain is flat (static, or too fast), counts by time: since / target.
+    """
+    if target <= 0.0:
+        return math.inf
+    due = marginal(rate, target)
+    if due <= 0.0:
+        return since / target
+    return marginal(rate, since) / due
+
+
 def _demand(rates: Sequence[float], mu: float, lo: float, hi: float) -> float:
     """Fetches/s the site's pages ask for at multiplier mu."""
     return sum(1.0 / interval(r, mu, lo, hi) for r in rates)
@@ -173,14 +200,22 @@ class SiteBudget:
 
     The demand is the sum of 1/I over the site's scheduled pages, kept incrementally: every
     (re)scheduling says the page's old interval (None for a new page) and its new one. After
-    each, log mu moves by GAIN * (demand - capacity) / capacity / pages: a full round of the
-    site's pages moves it by about GAIN times the relative excess, which is as fast as the
-    demand itself can follow (a page's new interval counts only once it is rescheduled).
+    each, log mu moves by GAIN * (demand - capacity) / capacity / pages (the relative excess
+    clamped to +-STEP_MAX): a full round of the site's pages moves it by about GAIN times the
+    relative excess, which is as fast as the demand itself can follow (a page's new interval
+    counts only once it is rescheduled). Larger steps overshoot: a mu raised too far sends
+    pages to recrawlMax, and they count at that interval until they come back. Downward (the
+    site asks less than it can serve, as when its first revisits find pages unchanged and
+    give them long intervals) the gain is GAIN_DOWN: a lower mu shortens intervals, which
+    come back soon, and a site asking a little too much only has a backlog, served most urgent
+    first (at GAIN, a recrawl bench site stayed below its capacity for rounds). A new site's
+    mu starts where a page changing once a mean interval (pages / capacity) gets that interval.
     State: `to_bytes()` (20 bytes) for the site's record.
     """
 
     GAIN = 1.0
-    STEP_MAX = 2.0  # at most e^3 on mu a round of the site's pages
+    GAIN_DOWN = 3.0  # when the site asks less than it can serve (see the docstring)
+    STEP_MAX = 1.0  # at most e^(GAIN * STEP_MAX) on mu a round of the site's pages
     MU_MIN, MU_MAX = 1e-9, 1e12
     _PACK = struct.Struct("<ddI")
 
@@ -194,13 +229,36 @@ class SiteBudget:
     def schedule(self, rate: float, lo: float, hi: float,
                  old_interval: float | None = None) -> float:
         """The page's next interval at the site's mu; the demand and mu follow."""
-        if self.mu <= 0.0:
-            # A new site: start where the prior puts a new page at about lo (mu * lambda
-            # = 0.1 at lambda = 1/lo), then let the controller raise it.
-            self.mu = 0.1 * lo
-        new = interval(rate, self.mu, lo, hi)
+        new = self.target(rate, lo, hi)
         self.account(old_interval, new)
         return new
+
+    def target(self, rate: float, lo: float, hi: float) -> float:
+        """The interval at the site's mu for a page of this rate (not counted: `account`)."""
+        if self.mu <= 0.0:
+            # A new site: start where a page changing once a mean interval gets the mean
+            # interval (or, with no page counted yet, where the prior puts a new page at
+            # about lo: mu * lambda = 0.1 at lambda = 1/lo), then let the controller move
+            # it. Not this page's own rate: one visit makes it ten times too high or too low.
+            mean = self.mean_interval(lo, hi)
+            self.mu = marginal(1.0 / mean, mean) if self.pages else 0.1 * lo
+        return interval(rate, self.mu, lo, hi)
+
+    def first(self, lo: float, hi: float, coming: int = 0) -> float:
+        """A new page's first interval, before anything is known of it: the site's mean
+        interval counting it and the `coming` pages not fetched yet ((pages + 1 + coming) /
+        capacity, within [lo, hi]), so that a first pass does not schedule its pages at lo,
+        far beyond what the site can serve."""
+        new = self.mean_interval(lo, hi, 1 + coming)
+        self.account(None, new)
+        return new
+
+    def mean_interval(self, lo: float, hi: float, more: int = 0) -> float:
+        """The interval that spends the capacity evenly over the site's pages (and `more`),
+        within [lo, hi]."""
+        if self.capacity <= 0.0:
+            return hi
+        return min(hi, max(lo, (self.pages + more) / self.capacity))
 
     def account(self, old_interval: float | None, new_interval: float | None) -> None:
         """Record that a page's interval changed (None: no page before / after), then step mu."""
@@ -220,7 +278,8 @@ class SiteBudget:
         if self.capacity <= 0.0 or self.pages == 0 or self.mu <= 0.0:
             return
         excess = (self.demand - self.capacity) / self.capacity
-        step = self.GAIN * max(-1.0, min(1.0, excess)) / self.pages
+        gain = self.GAIN if excess > 0 else self.GAIN_DOWN
+        step = gain * max(-self.STEP_MAX, min(self.STEP_MAX, excess)) / self.pages
         self.mu = min(self.MU_MAX, max(self.MU_MIN, self.mu * math.exp(step)))
 
     def to_bytes(self) -> bytes:

@@ -3,14 +3,16 @@
 With `recrawl on` this stage closes the pipeline's loop. The crawl log tells it every page's
 final outcome (`CrawlLog.scheduler`): it updates the page's history in the schedule
 (`frontier/schedule.py`: validators, payload digest, the change-rate estimator's state) and
-gives the page its next due time, `freshness.interval` for the page's estimated change rate
-and its site's multiplier, within recrawlMin..recrawlMax (failures on a longer schedule of
-their own). Its task pops the visits that came due and feeds them to their sites' queues as
-`REVISIT` jobs, behind the never-fetched URLs: a site gets a revisit only when it has no other
-job queued, at most `connectionsPerHost` at a time, spaced to `recrawlShare` of its
-politeness capacity. Popped visits wait in memory only up to `PENDING_MAX` (`PER_SITE_MAX` a
-site; a busier site's are put back a little later), so memory is bounded whatever the
-schedule holds.
+gives the page its next due time: (1 - PULL) of `freshness.interval` for the page's
+estimated change rate and its site's multiplier, within recrawlMin..recrawlMax (failures on a
+longer schedule of their own; a page new to the schedule, its site's mean interval). Its
+task pops the visits that came due and feeds them to their sites' queues as `REVISIT` jobs,
+behind the never-fetched URLs: a site gets a revisit only when it has no other job queued, at
+most `connectionsPerHost` at a time, spaced to `recrawlShare` of its politeness capacity, the
+most urgent of its due visits first (`freshness.urgency`). Due a little before their
+interval ends, a site's pages keep it busy when they come in bursts. Popped visits wait in
+memory only up to `PENDING_MAX` (`PER_SITE_MAX` a site; a busier site's are put back a little
+later), so memory is bounded whatever the schedule holds.
 
 The reader asks `prepare` before a revisit (the conditional GET's headers) and hands what it
 observed (`Answer`) to the crawl log. Servers lie, so each validator is trusted per site only
@@ -20,11 +22,16 @@ until it proves false (`SiteRecrawl`), and the payload digest decides whenever a
   again, and its Last-Modified no longer feeds the estimator;
 - a Last-Modified less than a second before the answer's Date is weak (RFC 9110 8.8.2.2: the
   page may change again within that second): not kept as a validator;
-- a 304 that hid a change: after AUDIT_EVERY 304s of a site, the next 304 of a page unlikely
-  to change within the check's delay (its estimated rate says so, AUDIT_RISK) is checked by
-  fetching the page again at once without validators; a body whose digest differs, when a
-  change that soon was unlikely, is a strike, and after AUDIT_STRIKES the site gets no
-  validators from then on (a page that changes often cannot tell a lie from a change).
+- a 304 that hid a change: after AUDIT_FIRST 304s of a site (twice as many after each audit
+  that found no lie, up to AUDIT_EVERY), the next 304 of a page unlikely to change within the
+  check's delay (its estimated rate says so, AUDIT_RISK) is checked by fetching the page
+  again at once without validators; a body whose Last-Modified is a second or more before the
+  304 proves the lie; otherwise a digest that differs, when a change that soon was unlikely,
+  is a strike; after AUDIT_STRIKES the site gets no validators from then on (a page that
+  changes often cannot tell a lie from a change).
+
+Each site's state (`SiteRecrawl`: its budget, which validators hold) is kept in the site's
+record in memory and in `stateDir/schedule/sites.sqlite` (`SiteStates`) for a restart.
 """
 
 from __future__ import annotations
@@ -34,27 +41,33 @@ import contextlib
 import hashlib
 import logging
 import math
+import struct
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any
 
 from larbinpy.config import Config
 from larbinpy.frontier import freshness
 from larbinpy.frontier.schedule import Schedule, Visit
 from larbinpy.frontier.sites import Sites
+from larbinpy.frontier.turndb import TurnBatch, open_db, transaction
+from larbinpy.frontier.turndb import sync as sync_db
 from larbinpy.links.urls import site_key
 from larbinpy.records import Job, JobKind, Revisit, Site
 from larbinpy.stats import FETCH_ERRORS, Outcome, Stats
 
 log = logging.getLogger("larbinpy.recrawl")
 
+PULL = 0.25  # a page may be fetched from (1 - PULL) of its interval on: its site's slack
 PENDING_MAX = 10_000  # visits popped and waiting for their site, at most
 PER_SITE_MAX = 64  # ... of one site; more of its due visits are put back a little later
-POP_EVERY = 0.5  # seconds between two looks for due visits (at most; less with recrawlMin)
-AUDIT_EVERY = 32  # after 32 304s of a site, the next one is checked by an unconditional fetch
+POP_EVERY = 0.5  # seconds between two looks for due visits (at most; recrawlMin / 8 if less)
+AUDIT_FIRST = 4  # a site's first 304 audit comes after 4 of its 304s, the next after twice as
+AUDIT_EVERY = 32  # many for each audit that found no lie, up to 32
 AUDIT_RISK = 0.05  # ... of a page whose estimated chance of changing before the check is less
 AUDIT_STRIKES = 2  # audits finding a hidden change before the site's validators are dropped
 FAILURE_BACKOFF = 2.0  # a failed page is due again after twice the time since its last answer
@@ -80,9 +93,78 @@ class SiteRecrawl:
     lastmod_trusted: bool = True  # sitemap <lastmod>: False once one proved false
     not_modified: int = 0  # 304s answered since the last audit
     false_304s: int = 0  # audits that found a change a 304 hid
+    clean_audits: int = 0  # audits that found the page as the 304 said
     next_at: float = 0.0  # loop time before which no revisit of it is fed (recrawlShare)
     fetch_s: float = 0.0  # seconds a fetch of it takes (moving average), for its capacity
     lm_strong_seen: bool = False  # it gave a strong Last-Modified once (not always "now")
+
+    _PACK = struct.Struct("<B20s5BIIId")  # version, budget, flags, counts, fetch_s
+
+    def audit_every(self) -> int:
+        """304s of the site before the next audit: few while it has proved nothing, more
+        with each audit that found no lie (a liar is caught within seconds of its first
+        304s; an honest site pays one unconditional revisit in AUDIT_EVERY 304s)."""
+        return min(AUDIT_EVERY, AUDIT_FIRST << min(self.clean_audits, 16))
+
+    def to_bytes(self) -> bytes:
+        """What a restart must keep: the budget and what the site's validators proved."""
+        return self._PACK.pack(1, self.budget.to_bytes(), self.etag_trusted, self.lm_trusted,
+                               self.validators_trusted, self.lastmod_trusted,
+                               self.lm_strong_seen, self.not_modified, self.false_304s,
+                               self.clean_audits, self.fetch_s)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, capacity: float) -> SiteRecrawl | None:
+        """The state `to_bytes` wrote (None if it is not one)."""
+        if len(data) != cls._PACK.size or data[0] != 1:
+            return None
+        (_, budget, etag, lm, valid, lastmod, strong, not_modified, false_304s, clean,
+         fetch_s) = cls._PACK.unpack(data)
+        return cls(freshness.SiteBudget.from_bytes(budget, capacity), bool(etag), bool(lm),
+                   bool(valid), bool(lastmod), not_modified, false_304s, clean,
+                   fetch_s=fetch_s, lm_strong_seen=bool(strong))
+
+
+class SiteStates:
+    """The sites' recrawl states on disk (`stateDir/schedule/sites.sqlite`, one row a site,
+    written at the end of the loop turn that changed them, like the site records): a
+    restart keeps each site's multiplier and the validators it proved false."""
+
+    SCHEMA = "CREATE TABLE IF NOT EXISTS recrawl (site TEXT PRIMARY KEY, state BLOB NOT NULL)"
+
+    def __init__(self, path: Path) -> None:
+        self._db = open_db(path, self.SCHEMA)
+        self._batch: TurnBatch[SiteRecrawl] = TurnBatch(self._write)
+
+    def get(self, key: str, capacity: float) -> SiteRecrawl | None:
+        """The site's state as last put (None: never, or unreadable)."""
+        state = self._batch.pending.get(key)
+        if state is not None:
+            return state
+        row = self._db.execute("SELECT state FROM recrawl WHERE site = ?", (key,)).fetchone()
+        return None if row is None else SiteRecrawl.from_bytes(bytes(row[0]), capacity)
+
+    def put(self, key: str, state: SiteRecrawl) -> None:
+        """The site's state changed: written at the end of this loop turn."""
+        self._batch.put(key, state)
+
+    def _write(self, states: dict[str, SiteRecrawl]) -> None:
+        """A turn's states in one transaction."""
+        with transaction(self._db):
+            self._db.executemany("INSERT OR REPLACE INTO recrawl VALUES (?, ?)",
+                                 [(k, v.to_bytes()) for k, v in states.items()])
+
+    def sync(self) -> None:
+        """Checkpoint: written and durable against power loss."""
+        self._batch.flush()
+        sync_db(self._db)
+
+    def close(self) -> None:
+        """Write what is pending and close the database."""
+        try:
+            self._batch.flush()
+        finally:
+            self._db.close()
 
 
 @dataclass(slots=True)
@@ -134,13 +216,16 @@ class Revisits:
     """The recrawl's scheduler and feeder (see the module's docstring)."""
 
     def __init__(self, cfg: Config, stats: Stats, schedule: Schedule, sites: Sites,
-                 on_fed: Callable[[], None], hand_over: HandOver) -> None:
+                 on_fed: Callable[[], None], hand_over: HandOver,
+                 states: Path | None = None) -> None:
         self.cfg, self.stats, self.schedule, self.sites = cfg, stats, schedule, sites
         self.on_fed = on_fed  # a revisit job was queued: "is the crawl done?" may change
         self.hand_over = hand_over
         self.lo, self.hi = cfg.recrawl_min, cfg.recrawl_max
         self.per_host = cfg.connections_per_host
-        self.waiting: dict[str, deque[Visit]] = {}  # popped, by site, until the site takes them
+        # popped, by site, until the site takes them: (visit, its estimated change rate)
+        self.waiting: dict[str, list[tuple[Visit, float]]] = {}
+        self.states = SiteStates(states) if states is not None else None
         self.pending = 0  # visits in `waiting`
         self.queued: dict[str, int] = {}  # revisit jobs in a site's queue or in flight
         self.audits: set[str] = set()  # URLs whose next fetch checks a 304 (no validators)
@@ -156,7 +241,7 @@ class Revisits:
 
     async def run(self) -> None:
         """Forever: pop what came due (bounded), feed the sites that can take it."""
-        every = min(POP_EVERY, self.lo / 2)
+        every = min(POP_EVERY, self.lo / 8)
         while True:
             try:
                 self.pop(time.time())
@@ -174,16 +259,13 @@ class Revisits:
         keys: dict[str, None] = {}
         for visit in visits:
             key = site_key(visit.url)
-            fifo = self.waiting.setdefault(key, deque())
+            fifo = self.waiting.setdefault(key, [])
             if len(fifo) >= PER_SITE_MAX and visit.url not in self.audits:
                 # its site cannot take them soon: back, a bit later
                 self.schedule.put(replace(visit, due=now + max(self._spacing(key) * len(fifo),
                                                                 POP_EVERY)))
                 continue
-            if visit.url in self.audits:  # checks a 304: the sooner, the more it proves
-                fifo.appendleft(visit)
-            else:
-                fifo.append(visit)
+            fifo.append((visit, self._rate(visit.stats)))
             self.pending += 1
             keys[key] = None
         for key in keys:
@@ -207,7 +289,7 @@ class Revisits:
                     self._feed_at(key, state.next_at, loop)
                     return
                 state.next_at = now + self._spacing(key)
-            visit = fifo.popleft()
+            visit = fifo.pop(self._most_urgent(fifo, time.time()))[0]
             self.pending -= 1
             if not fifo:
                 del self.waiting[key]
@@ -221,6 +303,37 @@ class Revisits:
             self.queued[key] = self.queued.get(key, 0) + 1
             self.sites.enqueue(job, loop.time())
             self.on_fed()
+
+    def _most_urgent(self, fifo: list[tuple[Visit, float]], now: float) -> int:
+        """Which waiting visit of a site goes next: an audit of a 304 first (the sooner, the
+        more it proves), then the page a visit now helps most (`freshness.urgency` at its
+        rate; a page popped early, in its interval's slack, has urgency below 1)."""
+        best, best_value = 0, -math.inf
+        for i, (visit, rate) in enumerate(fifo):
+            if visit.url in self.audits:
+                return i
+            value = freshness.urgency(rate, now - visit.fetched_at, self._target_of(visit))
+            if value > best_value:
+                best, best_value = i, value
+        return best
+
+    def _due_after(self, target: float) -> float:
+        """Seconds after a fetch that a page meant for `target` may be fetched again: (1 -
+        PULL) of it, not before recrawlMin; at recrawlMax (a page that never changes, or too
+        fast to follow) all of it: a visit before gains nothing."""
+        return target if target >= self.hi else max(self.lo, (1.0 - PULL) * target)
+
+    def _target_of(self, visit: Visit) -> float:
+        """The interval a waiting visit was meant for (`_due_after`'s inverse: a due interval
+        above (1 - PULL) recrawlMax can only be recrawlMax's, to the schedule's millisecond)."""
+        due = _interval_of(visit) or 0.0
+        return due if due > (1.0 - PULL) * self.hi + 0.01 else due / (1.0 - PULL)
+
+    def _rate(self, stats: bytes) -> float:
+        """A page's change rate as its schedule uses it (too fast to follow: inf)."""
+        if freshness.too_fast(stats):
+            return math.inf
+        return freshness.rate(stats, prior=1.0 / self.lo)
 
     def _feed_at(self, key: str, at: float, loop: asyncio.AbstractEventLoop) -> None:
         """Feed a site again when its recrawlShare spacing has passed (one timer a site)."""
@@ -246,12 +359,25 @@ class Revisits:
         self.schedule.flush()
         self.wake.set()
 
+    def surrender(self, job: Job) -> Visit | None:
+        """A queued job leaves for its site's new owner (a cluster's rebalance): a revisit's
+        history goes with it, out of this node's schedule (None: not a revisit, or stale)."""
+        if job.kind is not JobKind.REVISIT:
+            return None
+        visit = self.schedule.get(job.url)
+        if visit is not None:
+            self.schedule.drop(job.url)
+        self.release(job)
+        return visit
+
     def site_state(self, site: Site) -> SiteRecrawl:
-        """The site's recrawl state, made at its first use."""
+        """The site's recrawl state: in memory, or as a restart found it on disk, or new."""
         state = self.sites.recrawl_state(site)
         if not isinstance(state, SiteRecrawl):
-            state = SiteRecrawl(freshness.SiteBudget(self._capacity(site)))
-            self.sites.set_recrawl_state(site, state)
+            kept = self.states.get(site.key, 0.0) if self.states is not None else None
+            state = kept or SiteRecrawl(freshness.SiteBudget(0.0))
+            self.sites.set_recrawl_state(site, state)  # first: its capacity reads fetch_s
+            state.budget.capacity = self._budget_capacity(site)
         return state
 
     def release(self, job: Job) -> None:
@@ -341,9 +467,26 @@ class Revisits:
         else:  # a rule keeps it from being fetched (robots.txt...), or not a page we keep
             if job.kind is JobKind.REVISIT:
                 self._leave(job, site, answer.prior)
+                self._keep_state(site)
             return None
         self.schedule.put(visit)
+        self._keep_state(site)
         return visit.due
+
+    def _keep_state(self, site: Site | None) -> None:
+        """The site's recrawl state may have changed: on disk at the end of the loop turn."""
+        if site is not None and self.states is not None:
+            self.states.put(site.key, self.site_state(site))
+
+    def sync(self) -> None:
+        """Checkpoint: the schedule is the caller's; the sites' states are durable here."""
+        if self.states is not None:
+            self.states.sync()
+
+    def close(self) -> None:
+        """Write the sites' states still pending and close their database."""
+        if self.states is not None:
+            self.states.close()
 
     def _observed(self, job: Job, kind: Outcome, answer: Answer, site: Site,
                   now: float) -> Visit:
@@ -359,6 +502,11 @@ class Revisits:
         lm_time = _http_time(answer.last_modified)
         strong_lm = answer.last_modified if _strong(lm_time, answer.date, now) else None
         since = prior.fetched_at if prior else 0.0
+        evidence = prior.stats if prior else b""
+        if prior is not None and prior.status == 304 and not state.validators_trusted:
+            # its evidence counted 304s of a site since caught lying: forgotten, and this
+            # visit tells what came since the last capture the crawler saw for itself
+            evidence, since = b"", prior.captured_at
         if strong_lm is not None and state.lm_trusted:
             state.lm_strong_seen = True
         elif (changed and lm_time is not None and state.lm_trusted and state.lm_strong_seen
@@ -369,24 +517,40 @@ class Revisits:
             # a strong Last-Modified are the ones that came a second or more before the
             # fetch: a fast page would look slow. So: "changed within now - lm_time".
             since = lm_time
-        stats = freshness.observe(prior.stats if prior else b"", now, since, changed, lm_time,
+        stats = freshness.observe(evidence, now, since, changed, lm_time,
                                   state.lm_trusted and strong_lm is not None,
                                   prior=1.0 / self.lo)
         # a page that changed at every visit has only a lower bound for its rate: treated
         # as faster than the budget can follow (freshness.too_fast), it goes to recrawlMax
-        rate = (math.inf if freshness.too_fast(stats)
-                else freshness.rate(stats, prior=1.0 / self.lo))
-        state.budget.capacity = self._capacity(site)  # its delay may have changed
-        interval = state.budget.schedule(rate, self.lo, self.hi, _interval_of(prior))
-        self._note_freshness(freshness.freshness(rate, interval))
+        rate = self._rate(stats)
+        state.budget.capacity = self._budget_capacity(site)  # its delay may have changed
+        # The budget counts each page at the interval after which it may be fetched (its
+        # due time), (1 - PULL) of the interval the optimiser gives it, within recrawlMin..
+        # recrawlMax; a site whose pages are due at that rate has more due than it can
+        # serve, so it is never idle, and serves them most urgent first (`_most_urgent`).
+        old = _interval_of(prior)
+        if old is None:  # new to the schedule: nothing known of it yet, the site's mean
+            # its site's pages still to come (a first pass) count as well
+            coming = len(site.queue) + self.sites.spill.count(site.key)
+            interval = state.budget.first(self.lo, self.hi, coming)
+            target = interval / (1.0 - PULL)
+        else:
+            target = state.budget.target(rate, self.lo, self.hi)
+            interval = self._due_after(target)
+            state.budget.account(old, interval)
+        self._note_freshness(freshness.freshness(rate, target))
         if kind is Outcome.notModified:
             state.not_modified += 1
             # an audit proves something only if the page is unlikely to change before it
-            if (state.not_modified >= AUDIT_EVERY and state.validators_trusted
+            if (state.not_modified >= state.audit_every() and state.validators_trusted
                     and _change_risk(rate, self._audit_horizon(site)) < AUDIT_RISK):
                 state.not_modified = 0
                 self.audits.add(job.url)
-                interval = 0.0  # checked at once: its site's politeness still spaces it
+                # checked at once (its site's politeness still spaces it); its record then
+                # names no interval, so the budget forgets the one just counted, and the
+                # check's fetch schedules it again as a page new to the schedule
+                state.budget.account(interval, None)
+                interval = 0.0
         if kind is Outcome.success:  # a new capture
             digest, captured_at = answer.digest, now
         else:  # the copy kept: a revisit always has a prior
@@ -403,11 +567,19 @@ class Revisits:
     def _audit(self, job: Job, kind: Outcome, answer: Answer, state: SiteRecrawl,
                prior: Visit) -> None:
         """What this answer proves about the site's validators (see the module docstring)."""
-        if (answer.audit and kind is Outcome.success and prior.status == 304
-                and _change_risk(freshness.rate(prior.stats, prior=1.0 / self.lo),
-                                 time.time() - prior.fetched_at) < AUDIT_RISK):
-            # changed since the 304, when a change that soon was unlikely: a strike
-            state.false_304s += 1
+        if answer.audit and kind is Outcome.unchanged:
+            state.clean_audits += 1
+        elif answer.audit and kind is Outcome.success and prior.status == 304:
+            lm_time = _http_time(answer.last_modified)
+            if (state.lm_trusted and _strong(lm_time, answer.date, time.time())
+                    and lm_time is not None and lm_time + 1.0 <= prior.fetched_at):
+                # its Last-Modified says this version was made before the 304 was sent:
+                # the 304 lied, whatever the page's rate
+                state.false_304s = max(state.false_304s + 1, AUDIT_STRIKES)
+            elif _change_risk(freshness.rate(prior.stats, prior=1.0 / self.lo),
+                              time.time() - prior.fetched_at) < AUDIT_RISK:
+                # changed since the 304, when a change that soon was unlikely: a strike
+                state.false_304s += 1
             if state.false_304s >= AUDIT_STRIKES and state.validators_trusted:
                 state.validators_trusted = False
                 log.warning("recrawl: %s answered 304 for pages that had changed (%s last): "
@@ -451,6 +623,12 @@ class Revisits:
         state = self.sites.recrawl_state(site)
         took = state.fetch_s if isinstance(state, SiteRecrawl) else 0.0
         return self.per_host * self.cfg.recrawl_share / max(site.delay + took, 1e-3)
+
+    def _budget_capacity(self, site: Site) -> float:
+        """The site's capacity in its budget's units: due times come (1 - PULL) of the
+        optimiser's interval after a fetch, so the due demand is 1 / (1 - PULL) of the
+        fetches the site can serve (the slack that keeps it busy)."""
+        return self._capacity(site) / (1.0 - PULL)
 
     def _note_freshness(self, value: float) -> None:
         """One page's expected freshness at its new interval, for the crawl's estimate."""
@@ -521,7 +699,7 @@ def _change_risk(rate: float, seconds: float) -> float:
 
 def _interval_of(visit: Visit | None) -> float | None:
     """The interval a page was last scheduled at (None: new to the schedule), for its site's
-    budget: the demand it counted."""
+    budget: the demand it counted (the time after which it may be fetched again)."""
     if visit is None or not visit.fetched_at or visit.due <= visit.fetched_at:
         return None
     return visit.due - visit.fetched_at
