@@ -26,6 +26,7 @@ from conftest import TestWeb as _Web
 
 from larbinpy.demo import DnsServer, LocalWeb, Page, Site, redirect
 from larbinpy.net.body import BodyError, read_body
+from larbinpy.stages import dns as dns_stage
 
 MiB = 1024 * 1024
 CAP = 8 * MiB  # maxPageSize of the hostile crawl (the link flood is 6 MB)
@@ -137,7 +138,9 @@ async def hostile_web(tmp_path: Path) -> AsyncIterator[HostileWeb]:
         await dns.stop()
 
 
-async def test_every_trap_is_cut_off_counted_and_the_canaries_go_on(hostile_web: HostileWeb):
+async def test_every_trap_is_cut_off_counted_and_the_canaries_go_on(hostile_web: HostileWeb,
+                                                                    monkeypatch):
+    monkeypatch.setattr(dns_stage, "RETRY_AFTER", (0.1,))  # the silent name: one more round
     tw, srv = hostile_web, hostile_web.hostile
     port = tw.web.port
     trap_urls = [srv.url(f"{name}.trap", "/") for name in traps()]
@@ -330,7 +333,8 @@ async def test_charsets_from_header_meta_or_detection_and_nul_bytes(make_web):
     assert crawler.stats.outcomes["success"] == 7 + 4 + 1 + (1 if "/after-junk" in paths else 0)
 
 
-async def test_dns_failures_are_cached_negatively_and_other_hosts_go_on(tmp_path):
+async def test_dns_failures_are_cached_negatively_and_other_hosts_go_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(dns_stage, "RETRY_AFTER", (0.2,))  # one more round for a silent host
     web = LocalWeb([Site("ok.test", "127.0.0.2", {"/": html("/a.html"), "/a.html": html()})])
     await web.start()
     dns = DnsServer(web.dns_records, silent={"mute.test"})
@@ -343,12 +347,35 @@ async def test_dns_failures_are_cached_negatively_and_other_hosts_go_on(tmp_path
         crawler = await tw.crawl(f"startUrl {tw.url('ok.test')}\ntimeoutConnect 0.5")
         assert {x.path for x in web.hits} == {"/robots.txt", "/", "/a.html"}
         assert crawler.stats.outcomes["noDNS"] == 6  # every URL of both hosts, counted
-        # one bounded query per failed host: no AAAA after a timeout, no query per URL
+        # bounded queries per failed host: no AAAA after a timeout, no query per URL; a host
+        # no server answered is asked once more (RETRY_AFTER), one that does not exist is not
         per_host = Counter(name for (name, _qtype) in dns.queries)
-        assert per_host["gone.test"] <= 2 and 1 <= per_host["mute.test"] <= 2
+        assert per_host["gone.test"] <= 2 and 1 <= per_host["mute.test"] <= 4
     finally:
         await web.stop()
         await dns.stop()
+
+
+async def test_a_host_whose_dns_answers_only_the_second_time_is_crawled(make_web, monkeypatch):
+    """A DNS answer lost (a datagram dropped, a server overloaded) is not "no such host": the
+    host is asked again after a pause, its URLs waiting, and then crawled."""
+    monkeypatch.setattr(dns_stage, "RETRY_AFTER", (0.5, 0.5))
+    tw = await make_web([Site("late.test", "127.0.0.2", {"/": html("/a.html"),
+                                                          "/a.html": html()})])
+    tw.dns.silent.add("late.test")
+
+    async def answer_later() -> None:
+        # every try of the first round reached the server while it was silent: that round
+        # has no answer whatever comes after
+        await until(lambda: tw.dns.queries[("late.test", "A")] >= dns_stage.QUERY_TRIES,
+                    "late.test asked for, every try")
+        tw.dns.silent.clear()
+
+    helper = asyncio.ensure_future(answer_later())
+    crawler = await tw.crawl(f"startUrl {tw.url('late.test')}\ntimeoutConnect 0.5")
+    await helper
+    assert {x.path for x in tw.web.hits} == {"/robots.txt", "/", "/a.html"}
+    assert crawler.stats.outcomes.get("noDNS", 0) == 0
 
 
 async def test_no_way_in_private_addresses_after_redirects_and_dns(make_web):

@@ -11,7 +11,10 @@ never makes a DNS query of its own.
 
 A failure (NXDOMAIN, no address, or a server that never answers) is cached for NEGATIVE_TTL:
 the site's queued URLs are dropped as noDNS, and URLs arriving meanwhile are dropped without a
-query. A query waits at most min(QUERY_TIMEOUT, `timeoutConnect`) per try, QUERY_TRIES tries.
+query. A query waits at most min(QUERY_TIMEOUT, `timeoutConnect`) per try, QUERY_TRIES tries;
+a host that no server answered at all (a datagram lost, a server overloaded) is asked again
+after each pause of RETRY_AFTER, its sites waiting, before it counts as failed: an answer
+missing is not an answer that the host does not exist.
 `ipVersion 4` asks A only, `6` AAAA only, `any` A and then AAAA when A gave no address (a
 host with both is reached over IPv4, one query; an IPv6-only host costs two); a timed-out A
 query is not followed by an AAAA one, so a dead server costs one bounded wait.
@@ -48,7 +51,9 @@ TTL_CEILING = 6 * 3600.0  # a long crawl should notice a host that moved
 NEGATIVE_TTL = 300.0  # how long a failed host stays failed
 QUERY_TIMEOUT = 5.0
 QUERY_TRIES = 2
+RETRY_AFTER = (10.0, 60.0)  # s: pauses before asking again a host no server answered
 _ADDR_TYPES = {"A": 1, "AAAA": 28}
+_UNANSWERED = (pycares.errno.ARES_ETIMEOUT, pycares.errno.ARES_ECONNREFUSED)
 _QUERY_TYPES = {"A": pycares.QUERY_TYPE_A, "AAAA": pycares.QUERY_TYPE_AAAA}
 _AddrData = pycares.ARecordData | pycares.AAAARecordData  # the data of those records
 
@@ -87,6 +92,7 @@ class Dns:
         self.waiting: dict[str, list[Site]] = {}
         self.queue: asyncio.Queue[str] = asyncio.Queue()
         self.waiting_sites = 0
+        self.unanswered: dict[str, int] = {}  # hosts being asked again: rounds without answer
         self._resolver: LoopResolver | None = None
         # with a proxy, host names are the proxy's to resolve unless `proxyDns local`
         self.proxied = cfg.proxy is not None and cfg.proxy_dns == "proxy"
@@ -209,15 +215,17 @@ class Dns:
         while True:
             host = await self.queue.get()
             ips: list[str] = []
-            ttl = NEGATIVE_TTL
+            ttl, answered = NEGATIVE_TTL, True
             try:
-                ips, ttl = await self._query(host)
+                ips, ttl, answered = await self._query(host)
             except asyncio.CancelledError:
                 # the crawl stops: no answer is not "no such host"; the sites waiting keep
                 # their URLs, which the last checkpoint saves
                 raise
             except Exception:  # whatever c-ares does, the waiters must get an answer
                 log.exception("DNS lookup of %s failed unexpectedly", host)
+            if not answered and self._ask_again(host):
+                continue  # its waiters go on waiting
             now = asyncio.get_running_loop().time()
             self.cache[host] = (now + ttl, ips)
             self.cache.move_to_end(host)  # the cache is in the order answers came (`purge`)
@@ -225,8 +233,19 @@ class Dns:
             if not shared.done():  # only the worker settles it; a guard all the same
                 shared.set_result(ips)
 
-    async def _query(self, host: str) -> tuple[list[str], float]:
-        """Ask the DNS server(s): (addresses, seconds to cache them)."""
+    def _ask_again(self, host: str) -> bool:
+        """No server answered for `host`: queue it again after its next pause (True), or
+        False when RETRY_AFTER is spent (then it fails as any host without an address)."""
+        rounds = self.unanswered.pop(host, 0)
+        if rounds >= len(RETRY_AFTER):
+            return False
+        self.unanswered[host] = rounds + 1
+        log.debug("DNS: no answer for %s; asking again in %g s", host, RETRY_AFTER[rounds])
+        asyncio.get_running_loop().call_later(RETRY_AFTER[rounds], self.queue.put_nowait, host)
+        return True
+
+    async def _query(self, host: str) -> tuple[list[str], float, bool]:
+        """Ask the DNS server(s): (addresses, seconds to cache them, whether any answered)."""
         assert self._resolver is not None
         qtypes = {"4": ["A"], "6": ["AAAA"]}.get(self.cfg.ip_version, ["A", "AAAA"])
         for qtype in qtypes:
@@ -234,15 +253,16 @@ class Dns:
             try:
                 result = await self._resolver.query_dns(host, qtype)
             except DnsError as exc:
-                if exc.args and exc.args[0] == pycares.errno.ARES_ETIMEOUT:
-                    break  # the server does not answer: asking again for AAAA would wait again
+                if exc.args and exc.args[0] in _UNANSWERED:
+                    # the server does not answer: asking again for AAAA would wait again
+                    return [], NEGATIVE_TTL, False
                 continue
             records = [r for r in result.answer if r.type == _ADDR_TYPES[qtype]]
             if records:
                 ttl = min(r.ttl for r in records)
                 addrs = [cast(_AddrData, r.data).addr for r in records]  # A or AAAA, by type
-                return addrs, min(max(ttl, TTL_FLOOR), TTL_CEILING)
-        return [], NEGATIVE_TTL
+                return addrs, min(max(ttl, TTL_FLOOR), TTL_CEILING), True
+        return [], NEGATIVE_TTL, True
 
     async def close(self) -> None:
         """Cancel the queries in flight, take c-ares's sockets off the loop, free the channel
