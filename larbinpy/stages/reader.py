@@ -25,7 +25,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import xxhash
-from yarl import URL
 
 from larbinpy.config import Config
 from larbinpy.frontier.crawllog import CrawlLog
@@ -177,6 +176,8 @@ class Reader:
             if plain is not None and self.http1 is not None:
                 async with await self.http1.get(*plain, extra=headers) as resp:
                     return await self._answered(site, job, resp, ex)
+            from yarl import URL  # aiohttp's, loaded with it (https, proxies)
+
             # our URLs are canonical and already percent-encoded: yarl need not re-encode them
             url = URL(job.url, encoded=True)
             async with self.session.get(url, allow_redirects=False, headers=headers) as resp:
