@@ -44,11 +44,14 @@ $(PYWB_VENV)/.installed:
 	$(PYWB_VENV)/bin/pip install -q 'pywb>=2.10,<3'
 	touch $@
 
+# The suite's tests mostly wait on real servers and processes: 4 at a time on 2 cores
+TEST_PROCS ?= 4
+
 ## test: ruff, mypy over larbinpy/ (its settings: pyproject.toml), then the whole suite (< 5 minutes)
 test: $(VENV)/.installed-test $(PYWB_VENV)/.installed
 	$(VENV)/bin/ruff check larbinpy tests
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_PROCS)
 
 ## test-slow: the long checks kept out of `make test`
 test-slow: $(VENV)/.installed-test $(PYWB_VENV)/.installed

@@ -15,7 +15,13 @@ from pathlib import Path
 
 from larbinpy.config import KEYS, Config, ConfigError, describe, load_config
 from larbinpy.frontier.state import StateError
-from larbinpy.runtime import missing_extra, run_loop, setup_logging, tune_gc
+from larbinpy.runtime import (
+    catch_early_sigterm,
+    missing_extra,
+    run_loop,
+    setup_logging,
+    tune_gc,
+)
 
 log = logging.getLogger("larbinpy")
 
@@ -67,6 +73,7 @@ def path_problem(path: str, directory: bool) -> str | None:
 
 def cmd_crawl(args: argparse.Namespace) -> int:
     """Run a crawl."""
+    catch_early_sigterm()
     cfg = load_config(args.config)
     check_runtime(cfg)
     if args.http_port is not None:

@@ -45,6 +45,7 @@ from larbinpy.net.policy import NetworkPolicy
 from larbinpy.node import CrawlHooks, Embedded, Node
 from larbinpy.outputs import Outputs
 from larbinpy.records import Job, JobKind, Site, SiteState
+from larbinpy.runtime import early_sigterm
 from larbinpy.stages.bandwidth import BandwidthLimiter
 from larbinpy.stages.dns import Dns
 from larbinpy.stages.input import Input
@@ -518,6 +519,8 @@ class Crawler:
                 loop.add_signal_handler(sig, self.request_stop)
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGHUP, self.reopen_logs)
+        if early_sigterm():  # it came while the crawler was starting: stop as asked
+            loop.call_soon(self.request_stop)
 
     def reopen_logs(self) -> None:
         """SIGHUP: reopen the log file and the crawl log (logrotate moved them)."""
@@ -529,8 +532,9 @@ class Crawler:
         running = self.opener.in_flight
         if self.stop_requested:
             self._forced = True
-            log.info("stopping now: not waiting for the %s in flight",
-                     counted(running, "fetch", "fetches"))
+            if running:  # (a SIGTERM during start-up may come twice: see early_sigterm)
+                log.info("stopping now: not waiting for the %s in flight",
+                         counted(running, "fetch", "fetches"))
         else:
             log.info("stopping: no new fetches; waiting for the %d in flight (at most "
                      "timeoutTotal, %g s; a second signal stops waiting), then checkpointing",

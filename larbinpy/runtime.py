@@ -157,3 +157,24 @@ def run_loop(coro: Coroutine[Any, Any, T]) -> T:
     except ImportError:
         return asyncio.run(coro)
     return uvloop.run(coro)
+
+
+_early_stop = False  # a SIGTERM came before the crawler's loop had its own handler
+
+
+def catch_early_sigterm() -> None:
+    """From process start, a SIGTERM is remembered instead of killing the process: a service
+    manager may stop the daemon while it is still starting, and that stop must be as clean as
+    any other (the crawler asks `early_sigterm` when its loop takes the signal over)."""
+    import signal
+
+    def remember(signum: int, frame: object) -> None:
+        global _early_stop
+        _early_stop = True
+
+    signal.signal(signal.SIGTERM, remember)
+
+
+def early_sigterm() -> bool:
+    """Did a SIGTERM come during start-up (see `catch_early_sigterm`)?"""
+    return _early_stop

@@ -101,6 +101,46 @@ async def test_sigterm_stops_cleanly_and_a_restart_finishes(make_web):
     assert sum(fetched.values()) - len(fetched) == 0  # clean stop: nothing fetched twice
 
 
+async def test_sigterm_while_the_crawler_is_starting_is_a_clean_stop(make_web):
+    """A service manager may stop the daemon before its loop runs: exit 0, and the restart
+    finishes the crawl with nothing fetched twice."""
+    tw = await make_web(slow_web())
+    conf = write_conf(tw)
+    proc = await start(tw, conf)
+    lock = tw.tmp / "state" / "lock"
+    await until(lambda: lock.exists() and lock.read_text().strip(), "the state opened",
+                every=0.001)  # the crawler is being built: its loop has no handler yet
+    proc.send_signal(signal.SIGTERM)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    proc = await start(tw, conf)
+    _, err2 = await asyncio.wait_for(proc.communicate(), 60)
+    fetched = Counter(tw.pages_fetched())
+    assert set(fetched) == all_pages(tw), err.decode() + "\n----\n" + err2.decode()
+    assert sum(fetched.values()) - len(fetched) == 0
+
+
+async def test_sigterm_while_a_host_is_being_resolved_keeps_its_urls(make_web):
+    """A stop is no answer from DNS: the URLs of a site waiting for its lookup are saved, not
+    dropped as noDNS, and the restart fetches them."""
+    tw = await make_web(slow_web())
+    tw.dns.silent.add("k1.test")  # its lookup hangs until the stop
+    conf = write_conf(tw)
+    proc = await start(tw, conf)
+    await until(lambda: tw.dns.queries[("k1.test", "A")] >= 1, "k1.test asked for")
+    await until_pages(tw, 3)  # the other sites are being crawled meanwhile
+    proc.send_signal(signal.SIGTERM)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    assert not any(u.startswith(tw.url("k1.test")) for u in tw.pages_fetched())
+    tw.dns.silent.clear()
+    proc = await start(tw, conf)
+    await asyncio.wait_for(proc.communicate(), 60)
+    fetched = Counter(tw.pages_fetched())
+    assert set(fetched) == all_pages(tw)
+    assert sum(fetched.values()) - len(fetched) == 0
+
+
 async def test_scratch_forgets_saved_state(make_web):
     tw = await make_web(slow_web()[:1])
     conf = write_conf(tw)

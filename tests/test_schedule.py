@@ -346,3 +346,12 @@ def test_the_schedule_bench_runs_and_makes_its_folder(tmp_path: Path) -> None:
     assert got["pages"] == got["scheduled"] == 300
     assert got["pops_per_s"] > 0 and got["puts_per_s"] > 0
     assert got["bytes_per_page_after_revisits"] > 0 and got["peak_rss_mb"] > 0
+    assert got["revisits"] >= 300
+
+
+def test_the_schedule_bench_pops_only_the_revisits_asked(tmp_path: Path) -> None:
+    from conftest import bench_json
+
+    got = bench_json("--schedule", "3000", "--revisits", "500", "--dir", str(tmp_path))
+    assert got["schedule"]["scheduled"] == 3000  # every page still scheduled
+    assert 500 <= got["schedule"]["revisits"] < 3000

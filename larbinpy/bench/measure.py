@@ -389,6 +389,8 @@ def parser() -> argparse.ArgumentParser:
                         "digests), then pop each when due on a simulated clock and put it "
                         "again: puts/s, pops/s, bytes a page on disk, peak RSS (--dir: where; "
                         "created when missing)")
+    p.add_argument("--revisits", type=parse_int, metavar="M", default=0,
+                   help="with --schedule: pop and put again M pages, not all N [N]")
     p.add_argument("--seen-set", choices=("exact", "bitmap"), default="exact",
                    help="the seenSet of --seen [exact]")
     p.add_argument("--seen-bits", type=parse_int, default=0, metavar="BITS",
@@ -495,7 +497,8 @@ def state_bench(args: argparse.Namespace) -> int:
         if where is not None:
             Path(where).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="larbinpy-schedule-", dir=where) as tmp:
-            result["schedule"] = bench_schedule(args.schedule, Path(tmp))
+            result["schedule"] = bench_schedule(args.schedule, Path(tmp),
+                                                revisits=args.revisits)
     if args.seen:
         where = args.dir  # a disk: the store's real medium
         if where is not None:

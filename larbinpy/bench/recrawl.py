@@ -370,13 +370,17 @@ def status_json(port: int) -> dict[str, Any] | None:
 
 def run_daemon(conf: Path, seconds: float, workdir: Path, http_port: int
                ) -> tuple[int, float, dict[str, Any] | None]:
-    """`larbinpy -c conf` for `seconds`, then SIGTERM: (exit code, time of the SIGTERM, the
-    last status.json)."""
+    """`larbinpy -c conf` for `seconds` once its status port answers, then SIGTERM: (exit
+    code, time of the SIGTERM, the last status.json)."""
     with open(workdir / "daemon.log", "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "larbinpy", "-q", "-c", str(conf)],
                                 stdout=out, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + seconds
+            up_by = time.monotonic() + STOP_TIMEOUT  # a loaded machine starts slowly
+            while (status_json(http_port) is None and proc.poll() is None
+                   and time.monotonic() < up_by):
+                time.sleep(0.05)
+            deadline = time.monotonic() + seconds  # from when it answers: it handles SIGTERM
             while time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
             if proc.poll() is not None:

@@ -73,8 +73,11 @@ def _disk_bytes(directory: Path) -> int:
     return sum(e.stat().st_blocks * 512 for e in os.scandir(directory) if e.is_file())
 
 
-def bench_schedule(n: int, directory: Path, seed: int = 29) -> dict[str, Any]:
-    """Put n pages, then pop each when due and put it again: rates, bytes a page, peak RSS."""
+def bench_schedule(n: int, directory: Path, seed: int = 29,
+                   revisits: int = 0) -> dict[str, Any]:
+    """Put n pages, then pop `revisits` of them (0: n) as they come due and put each again:
+    rates, bytes a page, peak RSS."""
+    revisits = revisits or n
     rng = random.Random(seed)
     pool = _stats_pool(rng)
     hosts = max(100, n // 100)
@@ -82,7 +85,9 @@ def bench_schedule(n: int, directory: Path, seed: int = 29) -> dict[str, Any]:
     put_s = 0.0
     for start in range(0, n, BATCH):
         if start and start % PROGRESS == 0:
-            _progress(f"put {start}: {start / put_s:.0f}/s")
+            _progress(f"put {start}: {start / put_s:.0f}/s, "
+                      f"{_disk_bytes(directory) / start:.1f} bytes a page, peak RSS "
+                      f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
         batch = [make_page(j, hosts, T0 + rng.uniform(0, RECRAWL_MAX), rng, pool)
                  for j in range(start, min(n, start + BATCH))]
         t = time.perf_counter()
@@ -96,9 +101,9 @@ def bench_schedule(n: int, directory: Path, seed: int = 29) -> dict[str, Any]:
     popped, clock, since = 0, T0, 0
     step = CLOCK_STEP * max(1.0, 1_000_000 / n)  # fewer pages: as many pages a round
     peak_bytes = after_puts
-    while popped < n:
+    while popped < revisits:
         clock += step
-        while popped < n:
+        while popped < revisits:
             t = time.perf_counter()
             got = s.pop_due(clock, POP_BATCH)
             pop_s += time.perf_counter() - t
@@ -133,7 +138,7 @@ def bench_schedule(n: int, directory: Path, seed: int = 29) -> dict[str, Any]:
     end_bytes = _disk_bytes(directory)
     peak_bytes = max(peak_bytes, end_bytes)
     result = {
-        "pages": n, "hosts": hosts, "scheduled": len(s),
+        "pages": n, "hosts": hosts, "scheduled": len(s), "revisits": popped,
         "puts_per_s": round(n / put_s), "pops_per_s": round(popped / pop_s),
         "reputs_per_s": round(popped / reput_s), "checkpoint_s": round(checkpoint_s, 1),
         "simulated_days": round((clock - T0) / 86400, 1),

@@ -191,14 +191,17 @@ class Dns:
             ttl = NEGATIVE_TTL
             try:
                 ips, ttl = await self._query(host)
+            except asyncio.CancelledError:
+                # the crawl stops: no answer is not "no such host"; the sites waiting keep
+                # their URLs, which the last checkpoint saves
+                raise
             except Exception:  # whatever c-ares does, the waiters must get an answer
                 log.exception("DNS lookup of %s failed unexpectedly", host)
-            finally:
-                now = asyncio.get_running_loop().time()
-                self.cache[host] = (now + ttl, ips)
-                shared = self.inflight.pop(host)
-                if not shared.done():  # only the worker settles it; a guard all the same
-                    shared.set_result(ips)
+            now = asyncio.get_running_loop().time()
+            self.cache[host] = (now + ttl, ips)
+            shared = self.inflight.pop(host)
+            if not shared.done():  # only the worker settles it; a guard all the same
+                shared.set_result(ips)
 
     async def _query(self, host: str) -> tuple[list[str], float]:
         """Ask the DNS server(s): (addresses, seconds to cache them)."""
