@@ -28,7 +28,6 @@ from collections.abc import Iterable
 from itertools import repeat
 from typing import Final
 
-import idna
 from ada_url import join_url, normalize_url
 
 __all__ = ["DEFAULT_STRIP_PARAMS", "Normalizer", "host_of", "path_of", "site_key"]
@@ -486,6 +485,8 @@ def _punycode_ok(authority: str) -> bool:
 
 def _valid_label(label: str) -> bool:
     """UTS #46 label validity: stable under mapping, no leading mark, joiners and bidi OK."""
+    import idna  # (here: only an international host name needs it)
+
     try:
         if idna.uts46_remap(label, std3_rules=False, transitional=False) != label:
             return False
