@@ -217,6 +217,8 @@ def _without_fragments(hrefs: list[str]) -> list[str]:
     cache, instead of a resolution each (`tests/test_extract.py` holds the two equal). Not
     cut: an href whose part before the "#" ends in a space or control character, which the
     URL parser would strip at the end of the input but keeps (escaped) before a fragment."""
+    if "#" not in "".join(hrefs):
+        return hrefs  # (most pages' lists: one look at them all says so)
     return [_cut(href) if "#" in href else href for href in hrefs if href[0] != "#"]
 
 
