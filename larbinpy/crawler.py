@@ -59,6 +59,7 @@ from larbinpy.stats import Stats, counted
 if TYPE_CHECKING:
     from larbinpy.cluster import Cluster
     from larbinpy.daemon.ports import Ports
+    from larbinpy.frontier.schedule import Visit
     from larbinpy.stages.revisits import Revisits
 
 log = logging.getLogger("larbinpy")
@@ -127,7 +128,10 @@ class Crawler:
         # the node calls back into the stages built on its seams
         self.node.bind(CrawlHooks(sites=self.sites, queued=self.sequencer.notify,
                                   changed=self.changed, idle=self.idle,
-                                  parse_pending=self.parser.flush))
+                                  parse_pending=self.parser.flush,
+                                  adopt=self.revisits.adopt if self.revisits else _no_history,
+                                  surrender=(self.revisits.surrender if self.revisits
+                                             else _no_revisit)))
         fetch_page = self.node.page_fetch(self.reader.fetch)
         if on_page_fetch is not None:
             fetch_page = _observed(fetch_page, on_page_fetch)
@@ -152,7 +156,8 @@ class Crawler:
         # a page is popped at most a granularity late: a small share of recrawlMin
         schedule = Schedule(self.state.schedule_dir, _schedule_position(self.saved.schedule),
                             granularity=min(GRANULARITY, max(0.01, self.cfg.recrawl_min / 16)))
-        revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed)
+        revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed,
+                            self.node.hand_over)
         # the crawl log is built before the site table the revisits need: this arrow is set
         # afterwards, like the node's `bind` and `Sites.connect`
         self.crawl_log.scheduler = revisits.schedule_page
@@ -624,6 +629,14 @@ def crawl_log_path(cfg: Config) -> Path | None:
     if cfg.crawl_log is None:
         return None
     return Path(cfg.save_dir) / cfg.crawl_log  # an absolute crawlLog stays as it is
+
+
+def _no_history(visits: list[Visit]) -> None:
+    """recrawl off: no node hands pages over with their history (nor is any asked to)."""
+
+
+def _no_revisit(job: Job) -> None:
+    """recrawl off: no job is a revisit with a history."""
 
 
 def _observed(fetch: PageFetch, observe: Callable[[Site, Job], None]) -> PageFetch:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from larbinpy.config import Config
 from larbinpy.frontier.interface import Frontier
@@ -25,6 +25,9 @@ from larbinpy.stages.input import Admission, LocalAdmission
 from larbinpy.stages.opener import PageFetch, RobotsFetch
 from larbinpy.stats import Stats
 
+if TYPE_CHECKING:  # the recrawl's modules load only with `recrawl on`
+    from larbinpy.frontier.schedule import Visit
+
 
 @dataclass(frozen=True)
 class CrawlHooks:
@@ -35,6 +38,11 @@ class CrawlHooks:
     changed: Callable[[], None]  # something finished: re-check whether the crawl is done
     idle: Callable[[], bool]  # nothing queued, parked or in flight here (`Crawler.idle`)
     parse_pending: Callable[[], None]  # parse the pages read so far (links on to admission)
+    # pages handed over by another node with their history: into the recrawl schedule
+    adopt: Callable[[list[Visit]], None]
+    # a queued job leaves for its site's new owner: a revisit's page history, which leaves
+    # this node's schedule with it (None: not a revisit)
+    surrender: Callable[[Job], Visit | None]
 
 
 class Node(Protocol):
@@ -57,6 +65,10 @@ class Node(Protocol):
 
     def forward(self, key: str, job: Job, /) -> bool:
         """The site table's `Forward`."""
+        ...
+
+    def hand_over(self, key: str, job: Job, visit: Visit, /) -> bool:
+        """The recrawl's `HandOver` (`stages/revisits.py`)."""
         ...
 
     def bind(self, hooks: CrawlHooks) -> None:
@@ -115,6 +127,11 @@ class Embedded:
         self.hooks.queued()
 
     forward = staticmethod(never_forward)  # every site is this crawl's
+
+    @staticmethod
+    def hand_over(key: str, job: Job, visit: Visit, /) -> bool:
+        """Every site is this crawl's: no revisit goes elsewhere."""
+        return False
 
     def bind(self, hooks: CrawlHooks) -> None:
         """The crawl's side, once its stages exist."""

@@ -364,14 +364,29 @@ def test_rendezvous_moves_only_the_sites_a_new_node_takes():
 
 
 def test_jobs_travel_with_every_field():
-    from larbinpy.cluster.link import decode_job, decode_lines, encode_extra
+    from larbinpy.cluster.link import decode_entry, decode_job, encode_extra
     from larbinpy.records import Job
 
     job = Job("http://a.test/x?y=1", 3, 2, 1, 7, 1, 2)
-    assert decode_job(job.url, encode_extra(job)) == job
+    assert decode_job(job.url, encode_extra(job)) == (job, None)
     assert encode_extra(Job("http://a.test/", 5)) == '{"depth":5}'
     line = f"{job.url}\t{encode_extra(job)}\nhttp://b.test/\t{{\"depth\":1}}".encode()
-    assert decode_lines(line) == [job, Job("http://b.test/", 1)]
+    assert decode_entry(line) == ([job, Job("http://b.test/", 1)], [])
+
+
+def test_a_revisit_handed_over_travels_with_its_page_history():
+    from larbinpy.cluster.link import decode_entry, encode_extra
+    from larbinpy.frontier.schedule import Visit, decode_visits, encode_visits
+    from larbinpy.records import Job, JobKind
+
+    visit = Visit("http://a.test/p", 1.8e9, 1.7e9, '"5f-1a"', "Sun, 06 Nov 1994 08:49:37 GMT",
+                  bytes(range(20)), 1.69e9, 200, 2, 1, 0, b"\x01\x02")
+    job = Job(visit.url, 2, 1, kind=JobKind.REVISIT)
+    line = f"{job.url}\t{encode_extra(job, encode_visits([visit]))}".encode()
+    jobs, histories = decode_entry(line)
+    assert jobs == [] and decode_visits(histories[0]) == [visit]  # to the schedule, whole
+    with pytest.raises(ValueError):
+        decode_visits(histories[0][:-1])
 
 
 async def admission_of(url: str, node: str, tmp, bits: int = 1 << 20, k: int = 2):

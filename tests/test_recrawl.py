@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 import pytest
@@ -140,8 +142,11 @@ async def test_a_page_is_fetched_again_answered_304_then_changed_with_validators
     assert kinds[0] == "success" and "notModified" in kinds
     assert kinds[kinds.index("notModified"):].count("success") >= 1  # the change, seen
     assert all("next" in x and x["next"] > x["t"] for x in lines)  # every line says when
-    # within recrawlMin..recrawlMax (an audit of a 304 is due at once: none here, too few)
-    assert all(0.2 - 0.01 <= x["next"] - x["t"] <= 0.4 + 0.01 for x in lines)
+    # within recrawlMin..recrawlMax (an audit of a 304 is due at once: none here, too few),
+    # from when it was scheduled: a line is written up to a loop turn later (a loaded machine
+    # makes that longer), so only the upper bound holds for every line
+    gaps = sorted(x["next"] - x["t"] for x in lines)
+    assert gaps[-1] <= 0.4 + 0.01 and gaps[len(gaps) // 2] >= 0.2 - 0.01, gaps
     assert status["scheduled"] >= 2 and status["revisits"]["notModified"] >= 1
     assert 0 < status["not_modified_share"] <= 1 and 0 < status["freshness"] <= 1
     # a page the crawl keeps the copy of: saved again when it changed, not when it did not
@@ -245,8 +250,13 @@ async def test_last_modified_of_one_second_resolution_never_hides_a_change(lab):
             assert a.version == seen
         else:
             seen = a.version
-    # a Last-Modified under a second before the answer's Date is not sent back
-    assert sum(a.if_modified_since is None for a in answers) >= len(answers) - 2
+    # a Last-Modified under a second before the answer's Date is not sent back (how many
+    # were depends on how soon each fetch came after its change: the machine's load)
+    for i, a in enumerate(answers):
+        if a.if_modified_since is not None:
+            gave = next(p for p in reversed(answers[:i]) if p.status == 200)
+            lm = parsedate_to_datetime(a.if_modified_since).timestamp()
+            assert math.floor(gave.at) - lm >= 1, (a, gave)
 
 
 async def test_warc_revisit_records_pass_warcio_and_pywb_replays_every_capture(lab):

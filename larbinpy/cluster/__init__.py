@@ -43,6 +43,7 @@ import json
 import logging
 import os
 import socket
+import zlib
 from typing import Any, ClassVar
 
 from redis.exceptions import RedisError
@@ -58,6 +59,7 @@ from larbinpy.cluster.termination import Termination
 from larbinpy.config import Config, ConfigError
 from larbinpy.frontier.interface import Frontier
 from larbinpy.frontier.robotsdb import VerdictStore
+from larbinpy.frontier.schedule import Visit, decode_visits, encode_visits
 from larbinpy.links.urls import site_key
 from larbinpy.node import CrawlHooks
 from larbinpy.records import Job, Site
@@ -96,7 +98,7 @@ class Cluster:
         self._seq = 0  # numbers every step that gives this node work (termination.py)
         self.admission = Admission(self.link, seen, frontier, stats,
                                    self.membership.owner, self.next_seq, self._queued)
-        self.inbox = Inbox(self.link, frontier, self.next_seq, self._queued)
+        self.inbox = Inbox(self.link, frontier, self.next_seq, self._queued, self._adopt)
         self.outbox = Outbox(self.link, self.beat, self.route)
         self.tasks: list[asyncio.Task[Any]] = []
         self.shared_verdicts: SharedVerdicts | None = None
@@ -145,6 +147,25 @@ class Cluster:
         self.outbox.add(owner, job)
         return True
 
+    def hand_over(self, key: str, job: Job, visit: Visit) -> bool:
+        """The recrawl's `HandOver`: True when another node owns the revisit's site (the
+        outbox sends the job there with its page's history: validators, digest, estimator)."""
+        owner = self.membership.owner(key)
+        if owner == self.node:
+            return False
+        self.outbox.add(owner, job, encode_visits([visit]))
+        return True
+
+    def _adopt(self, histories: list[bytes]) -> None:
+        """Revisits handed over to this node: their pages join its schedule."""
+        visits = []
+        for history in histories:
+            try:
+                visits += decode_visits(history)
+            except (ValueError, zlib.error) as exc:  # another version's node, or damage
+                log.warning("cluster: a page history handed over was unreadable (%s)", exc)
+        self.hooks.adopt(visits)
+
     # --- the hooks ---
 
     def next_seq(self) -> int:
@@ -183,7 +204,9 @@ class Cluster:
             if owner == self.node or not sites.has_work(site):
                 continue
             while sites.has_work(site):
-                self.outbox.add(owner, sites.take(site))
+                job = sites.take(site)
+                visit = self.hooks.surrender(job)  # a revisit: its page's history goes too
+                self.outbox.add(owner, job, None if visit is None else encode_visits([visit]))
                 moved += 1
             sites.rest(site)
         if moved:

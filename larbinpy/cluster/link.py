@@ -23,11 +23,12 @@ their defaults (`{"depth":4}` for most), so new `Job` fields travel without a fo
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
@@ -49,30 +50,47 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Job)
              if f.default is not dataclasses.MISSING}
 _FIELDS = [f.name for f in dataclasses.fields(Job) if f.name not in LOCAL_ONLY]
 _MISSING = object()
+HISTORY = "history"  # the extra's key of a handed-over revisit's page history
 
 
-def encode_extra(job: Job) -> str:
-    """A job's fields other than its URL, as compact JSON of the non-default ones."""
-    extra = {name: getattr(job, name) for name in _FIELDS
-             if getattr(job, name) != _DEFAULTS.get(name, _MISSING)}
+def encode_extra(job: Job, history: bytes | None = None) -> str:
+    """A job's fields other than its URL, as compact JSON of the non-default ones; a revisit
+    handed over carries its page's history (`schedule.encode_visits`, base64)."""
+    extra: dict[str, object] = {name: getattr(job, name) for name in _FIELDS
+                                if getattr(job, name) != _DEFAULTS.get(name, _MISSING)}
+    if history is not None:
+        extra[HISTORY] = base64.b64encode(history).decode("ascii")
     return json.dumps(extra, separators=(",", ":"))
 
 
-def decode_job(url: str, extra: str) -> Job:
-    """The job of a URL and its extra string."""
-    job = Job(url=url, **json.loads(extra))
+def decode_job(url: str, extra: str) -> tuple[Job, bytes | None]:
+    """The job of a URL and its extra string, and the history it carries (None: none)."""
+    fields = json.loads(extra)
+    history = fields.pop(HISTORY, None)
+    job = Job(url=url, **fields)
     job.kind = JobKind(job.kind)
-    return job
+    return job, None if history is None else base64.b64decode(history)
 
 
-def decode_lines(data: bytes) -> list[Job]:
-    """The jobs of a stream entry: `url TAB extra` lines."""
-    jobs = []
+def _lines(data: bytes) -> Iterator[tuple[str, str]]:
+    """The `url TAB extra` lines of a stream entry."""
     for line in data.decode("utf-8", "surrogateescape").split("\n"):
         url, _, extra = line.partition("\t")
         if url:
-            jobs.append(decode_job(url, extra or "{}"))
-    return jobs
+            yield url, extra or "{}"
+
+
+def decode_entry(data: bytes) -> tuple[list[Job], list[bytes]]:
+    """A stream entry as its receiver takes it: the jobs to queue, and the histories of the
+    revisits handed over (their pages go to the schedule, not to a queue)."""
+    jobs, histories = [], []
+    for url, extra in _lines(data):
+        job, history = decode_job(url, extra)
+        if history is None:
+            jobs.append(job)
+        else:
+            histories.append(history)
+    return jobs, histories
 
 
 class Link:

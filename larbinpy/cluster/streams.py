@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from larbinpy.cluster.link import GROUP, Link, decode_lines, encode_extra
+from larbinpy.cluster.link import GROUP, Link, decode_entry, encode_extra
 from larbinpy.frontier.interface import Frontier
 from larbinpy.records import Job
 
@@ -60,9 +60,11 @@ class Inbox:
     """This node's stream into its local FIFO, acknowledged once the FIFO holds the jobs."""
 
     def __init__(self, link: Link, frontier: Frontier, next_seq: Callable[[], int],
-                 on_queued: Callable[[], None]) -> None:
+                 on_queued: Callable[[], None],
+                 on_histories: Callable[[list[bytes]], None]) -> None:
         self.link, self.frontier = link, frontier
         self.next_seq, self.on_queued = next_seq, on_queued
+        self.on_histories = on_histories  # revisits handed over: to the recrawl schedule
         self.stream = link.key("in", link.node)
         self.pending = link.key("pending", link.node)
         self.node_key = link.key("node", link.node)
@@ -95,14 +97,20 @@ class Inbox:
         return cast(list[tuple[bytes, dict[bytes, bytes]]], reply[0][1]) if reply else []
 
     async def _take(self, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
-        """Into the local FIFO (flushed), then pending + acknowledged + deleted, atomically."""
+        """Into the local FIFO (flushed) or, revisits with their history, the schedule
+        (written), then pending + acknowledged + deleted, atomically."""
         jobs: list[Job] = []
+        histories: list[bytes] = []
         ids = [entry_id for entry_id, _ in entries]
         for _, fields in entries:
-            jobs += decode_lines(fields.get(b"j", b""))
+            got, more = decode_entry(fields.get(b"j", b""))
+            jobs += got
+            histories += more
         if jobs:
             self.frontier.push(jobs)
             self.frontier.flush()
+        if histories:
+            self.on_histories(histories)
         commands: list[tuple[object, ...]] = []
         for i in range(0, len(jobs), CHUNK):
             pairs = [x for job in jobs[i:i + CHUNK] for x in (job.url, encode_extra(job))]
@@ -125,14 +133,15 @@ class Outbox:
         self.refresh, self.route = refresh, route  # refresh(): a heartbeat (awaitable)
         self.script = link.script(FORWARD)
         self.pending = link.key("pending", link.node)
-        self.queues: dict[str, list[Job]] = defaultdict(list)
+        # jobs by owner, each with the page history of a revisit handed over (or None)
+        self.queues: dict[str, list[tuple[Job, bytes | None]]] = defaultdict(list)
         self.busy = False
         self.wake = asyncio.Event()
         self.forwarded = 0
 
-    def add(self, owner: str, job: Job) -> None:
-        """Send this job to `owner` (soon, in a batch)."""
-        self.queues[owner].append(job)
+    def add(self, owner: str, job: Job, history: bytes | None = None) -> None:
+        """Send this job to `owner` (soon, in a batch), with its page's history if given."""
+        self.queues[owner].append((job, history))
         self.wake.set()
 
     def idle(self) -> bool:
@@ -154,7 +163,7 @@ class Outbox:
         try:
             while self.queues:
                 owner, jobs = self.queues.popitem()
-                refused: list[Job] = []
+                refused: list[tuple[Job, bytes | None]] = []
                 for i in range(0, len(jobs), CHUNK):
                     chunk = jobs[i:i + CHUNK]
                     sent = await self.link.retrying(
@@ -165,16 +174,16 @@ class Outbox:
                         refused += chunk
                 if refused:
                     await self.link.retrying("refreshing the live set", self.refresh)
-                    for job in refused:
+                    for job, _ in refused:  # the history stays behind: fetched unconditionally
                         self.route(job)
         finally:
             self.busy = False
 
-    async def _send(self, owner: str, jobs: list[Job]) -> bool:
+    async def _send(self, owner: str, jobs: list[tuple[Job, bytes | None]]) -> bool:
         """One FORWARD script: True when sent."""
         args: list[object] = [owner]
-        for job in jobs:
-            args += (job.url, encode_extra(job))
+        for job, history in jobs:
+            args += (job.url, encode_extra(job, history))
         keys = [self.link.key("nodes"), self.pending, self.link.key("in", owner)]
         return bool(await self.link.call(self.script, keys, args))
 

@@ -246,6 +246,22 @@ def encode_block(visits: list[Visit]) -> bytes:
     return _HEAD.pack(_MAGIC, n, len(body), zlib.crc32(body)) + body
 
 
+def encode_visits(visits: list[Visit]) -> bytes:
+    """Visits as bytes that travel (one block: a cluster hands pages over in it)."""
+    return encode_block(visits)
+
+
+def decode_visits(data: bytes) -> list[Visit]:
+    """The visits of `encode_visits`; ValueError when the bytes are not such a block."""
+    if len(data) < _HEAD.size:
+        raise ValueError("not a schedule block: too short")
+    magic, n, length, crc = _HEAD.unpack_from(data)
+    body = data[_HEAD.size:]
+    if magic != _MAGIC or len(body) != length or zlib.crc32(body) != crc:
+        raise ValueError("not a schedule block: bad header or checksum")
+    return decode_block(body, n)
+
+
 def block_urls(body: bytes, n: int) -> list[str]:
     """The URLs of a block body (no other field decoded)."""
     lu, _ = _LENS.unpack_from(body)

@@ -125,13 +125,19 @@ def payload_digest(page_payload: bytes) -> bytes:
     return hashlib.sha1(page_payload).digest()
 
 
+# The node's `hand_over`: True when another node owns the site of a due revisit (`job`), and
+# the page's history (`visit`) went there with it; False: the site is this node's.
+HandOver = Callable[[str, Job, Visit], bool]
+
+
 class Revisits:
     """The recrawl's scheduler and feeder (see the module's docstring)."""
 
     def __init__(self, cfg: Config, stats: Stats, schedule: Schedule, sites: Sites,
-                 on_fed: Callable[[], None]) -> None:
+                 on_fed: Callable[[], None], hand_over: HandOver) -> None:
         self.cfg, self.stats, self.schedule, self.sites = cfg, stats, schedule, sites
         self.on_fed = on_fed  # a revisit job was queued: "is the crawl done?" may change
+        self.hand_over = hand_over
         self.lo, self.hi = cfg.recrawl_min, cfg.recrawl_max
         self.per_host = cfg.connections_per_host
         self.waiting: dict[str, deque[Visit]] = {}  # popped, by site, until the site takes them
@@ -207,9 +213,9 @@ class Revisits:
                 del self.waiting[key]
             job = Job(visit.url, visit.depth, visit.priority, tag=visit.tag,
                       kind=JobKind.REVISIT)
-            if self.sites.forward(key, job):
-                # a cluster: its site is another node's now; the job went there, and the
-                # owner schedules the page from its fetch on (`prepare`: unknown there)
+            if self.hand_over(key, job, visit):
+                # a cluster: its site is another node's now; the page went there with its
+                # history (`adopt`), and leaves this node's schedule
                 self.schedule.drop(visit.url)
                 continue
             self.queued[key] = self.queued.get(key, 0) + 1
@@ -231,6 +237,25 @@ class Revisits:
         site = self.sites.by_key.get(key)
         delay = site.delay if site is not None else self.cfg.wait_duration
         return delay / (self.per_host * self.cfg.recrawl_share) if delay else 0.0
+
+    def adopt(self, visits: list[Visit]) -> None:
+        """Pages another node handed over with their history (a cluster's owner change): in
+        the schedule, due as they were, and written before the node acknowledges them."""
+        for visit in visits:
+            self.schedule.put(visit)
+        self.schedule.flush()
+        self.wake.set()
+
+    def surrender(self, job: Job) -> Visit | None:
+        """A queued job leaves for its site's new owner (a cluster's rebalance): a revisit's
+        history goes with it, out of this node's schedule (None: not a revisit, or stale)."""
+        if job.kind is not JobKind.REVISIT:
+            return None
+        visit = self.schedule.get(job.url)
+        if visit is not None:
+            self.schedule.drop(job.url)
+        self.release(job)
+        return visit
 
     def site_state(self, site: Site) -> SiteRecrawl:
         """The site's recrawl state, made at its first use."""
