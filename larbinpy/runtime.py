@@ -14,15 +14,10 @@ a key: the memory it costs is 16 MiB once, whatever the crawl's size.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
-import datetime
 import gc
 import importlib.util
-import json
 import logging
-import logging.handlers
-import platform
+import os
 import sys
 from collections.abc import Coroutine
 from types import TracebackType
@@ -41,11 +36,14 @@ def setup_logging(verbosity: int, log_file: str | None = None, log_format: str =
     """Logs to stderr (or logFile): WARNING with -q, INFO by default, DEBUG with -v; as text
     lines, or one JSON object a line with `log_format` json (logFormat)."""
     level = logging.DEBUG if verbosity > 0 else logging.INFO if verbosity == 0 else logging.WARNING
-    handler: logging.Handler = (
+    handler: logging.Handler
+    if log_file:
+        from logging.handlers import WatchedFileHandler  # (here: it costs a start-up ~10 ms)
+
         # WatchedFileHandler reopens the file when logrotate moved it; SIGHUP forces it too
-        logging.handlers.WatchedFileHandler(log_file) if log_file
-        else logging.StreamHandler(sys.stderr)
-    )
+        handler = WatchedFileHandler(log_file)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
         sys.excepthook = _log_uncaught  # a crash's traceback is a JSON line too
@@ -62,6 +60,9 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         """{"time", "level", "logger", "message"}, plus "exception" and "stack" when present."""
+        import datetime
+        import json
+
         when = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
         entry = {
             "time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
@@ -104,9 +105,13 @@ def tune_allocator() -> bool:
     global _tuned
     if _tuned:
         return True
-    if platform.libc_ver()[0] != "glibc":
+    if _libc_name() != "glibc":
         return False  # musl, macOS: their allocators have no such knobs
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+    import ctypes
+
+    # glibc is in the process already: its symbols are the program's (CDLL(None) is dlopen of
+    # the program itself; ctypes.util.find_library would run ldconfig to name the same file)
+    libc = ctypes.CDLL(None)
     # The trim threshold must exceed the pad, or free() would hand the pad straight back.
     # Setting them turns off glibc's sliding mmap threshold, so it is set too: blocks of 1 MiB
     # and more (a huge page's tree) are mapped apart and go back to the system when freed.
@@ -116,11 +121,28 @@ def tune_allocator() -> bool:
     return _tuned
 
 
+def _libc_name() -> str:
+    """'glibc' under glibc (what platform.libc_ver() names first, without importing platform
+    and reading the interpreter's binary when the C library does not say)."""
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").partition(" ")[0]
+    except (AttributeError, ValueError, OSError):  # not glibc (macOS has no such name)
+        import platform
+
+        return platform.libc_ver()[0]
+
+
 def tune_gc() -> None:
     """Fewer garbage collections: a crawl allocates many short-lived objects per page and
-    keeps few cycles, so the default gen-0 threshold (700) makes the collector run per page."""
-    gc.collect()
-    gc.freeze()  # what exists now (modules, config, stages) lives as long as the process
+    keeps few cycles, so the default gen-0 threshold (700) makes the collector run per page.
+
+    What exists now (modules, config, stages) lives as long as the process: it is frozen out
+    of every later collection. The young generations are collected first: what start-up left
+    unreachable is there, since the modules' own garbage is collected as they are imported
+    (gen 0 and 1 collections run as they go). A full collection would walk the ~50,000
+    objects of the modules again to find nothing, and cost a start-up 10-20 ms."""
+    gc.collect(1)
+    gc.freeze()
     gc.set_threshold(20_000, 20, 50)
 
 

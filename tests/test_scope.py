@@ -36,6 +36,24 @@ def test_trap_path_heuristic_runs_only_on_deep_paths() -> None:
     assert scope().check("http://a.test/a/a/a") is None  # shallow: not even looked at
 
 
+def test_refusals_are_remembered_bounded_and_answered_alike(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused URL (met again on every page of a site) is answered from memory, with the
+    same reason; the memory is bounded, and URLs in scope are never kept."""
+    import larbinpy.links.scope as scope_module
+
+    monkeypatch.setattr(scope_module, "REFUSED_MAX", 3)
+    s = scope("forbiddenExtensions .jpg end\nlimitToDomain a.test end\n")
+    urls = ["http://a.test/i.jpg", "http://b.test/", "http://a.test/ok.html",
+            "http://a.test/cal/2999/01/", "http://a.test/" + "x" * 3000, "http://a.test/j.jpg"]
+    first = [s.check(u) for u in urls]
+    assert first == ["outOfScope", "outOfScope", None, "trap", "trap", "outOfScope"]
+    for _ in range(3):
+        assert [s.check(u) for u in urls] == first
+        assert [s._check(u) for u in urls] == first  # the rules themselves agree
+    assert len(s._refused) <= 3 and "http://a.test/ok.html" not in s._refused
+
+
 @pytest.mark.parametrize(("addr", "allowed"), [
     ("93.184.216.34", True), ("2606:2800:220:1::1", True),
     ("127.0.0.1", False), ("10.1.2.3", False), ("172.16.0.1", False), ("192.168.1.1", False),

@@ -622,6 +622,41 @@ def test_a_page_url_it_resolved_earlier_is_a_base_like_any_other() -> None:
         assert warm.resolve_many(page, hrefs[:40]) == Normalizer().resolve_many(page, hrefs[:40])
 
 
+def test_dot_segment_hrefs_of_known_urls_resolve_as_ada_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """'../p.html', './p.html' and the like are answered from the URLs already produced (the
+    folder's parents, the root staying the root) without ada-url, and as ada-url answers."""
+    import larbinpy.links.urls as urls
+
+    hrefs = ["../p.html", "./p.html", "../../p.html", "../../../../p.html", "./../d/p.html",
+             "../", "./", "..//p.html", "../d/./p.html", "../d/../p.html", ".hidden", "..", ".",
+             "../?q", "./?q", "./.././p.html", "../P%41.html", "../a%2fb", "../c d.html"]
+    bases = ["http://e.com/", "http://e.com/a/", "http://e.com/a/b/c.html",
+             "http://e.com/a/b/c/?x=1", "http://e.com:81/a/b/"]
+    expected = {(base, h): Normalizer().resolve(base, h) for base in bases for h in hrefs}
+    warm = Normalizer()
+    # the targets, produced first as absolute links (no folder's cache holds these hrefs)
+    warm.resolve_many("http://e.com/", [u for u in expected.values() if u])
+    calls = []
+    join = urls.join_url
+
+    def counted(base: str, href: str) -> str:
+        calls.append(href)
+        return join(base, href)
+
+    monkeypatch.setattr(urls, "join_url", counted)
+    for base in bases:
+        assert warm.resolve_many(base, hrefs) == Normalizer().resolve_many(base, hrefs), base
+    calls.clear()
+    known = Normalizer()
+    known.resolve_many("http://e.com/", [u for u in expected.values() if u])
+    for (base, h), url in expected.items():
+        assert known.resolve(base, h) == url, (base, h)
+    # the plain dot-segment hrefs (no escapes, spaces, '..' or '.' at the end) took no parse
+    assert not {h for h in calls if h.startswith(("../", "./")) and h.endswith("p.html")
+                and "/./" not in h and "/../" not in h}
+
+
 def test_cache_does_not_share_base_dependent_answers_within_a_directory() -> None:
     norm = Normalizer()
     for href in ("?p=2", "", "http:", "http:?z", "  ?p=3", "\t#x"):

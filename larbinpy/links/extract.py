@@ -198,6 +198,8 @@ def _drop_too_long(hrefs: list[str], max_length: int,
     The normalizer refuses a URL over its max_length; an href already that long can only
     resolve to such a URL (bar absurd dot-segments): counted here as the trap it is, rather
     than vanishing without a count."""
+    if not hrefs or max(map(len, hrefs)) <= max_length:
+        return hrefs  # (the common case, answered without a loop in Python)
     too_long = sum(len(href) > max_length for href in hrefs)
     if too_long:
         hrefs = [href for href in hrefs if len(href) <= max_length]
@@ -215,6 +217,8 @@ def _without_fragments(hrefs: list[str]) -> list[str]:
     cache, instead of a resolution each (`tests/test_extract.py` holds the two equal). Not
     cut: an href whose part before the "#" ends in a space or control character, which the
     URL parser would strip at the end of the input but keeps (escaped) before a fragment."""
+    if "#" not in "".join(hrefs):
+        return hrefs  # (most pages' lists: one look at them all says so)
     return [_cut(href) if "#" in href else href for href in hrefs if href[0] != "#"]
 
 

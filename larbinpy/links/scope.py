@@ -36,6 +36,9 @@ _DATE = re.compile(
 )
 
 
+REFUSED_MAX = 16_384  # refused URLs remembered (cleared whole when full)
+
+
 class Scope:
     """The static scope rules of a crawl."""
 
@@ -47,9 +50,24 @@ class Scope:
         self.include = cfg.include_patterns
         self.cgi = cfg.cgi_level >= 1
         self.max_year = time.gmtime().tm_year + CALENDAR_YEARS_AHEAD
+        # URLs refused, and why. A URL in scope is checked once (it then joins the seen-set
+        # and is not asked again); a refused one never joins it, so the same image or
+        # off-site link met on every page of a site would be checked on every page.
+        self._refused: dict[str, Outcome] = {}
 
     def check(self, url: str) -> Outcome | None:
         """Why a normalized URL is out of scope (an outcome kind), or None if it is in."""
+        reason = self._refused.get(url)
+        if reason is None:
+            reason = self._check(url)
+            if reason is not None:
+                if len(self._refused) >= REFUSED_MAX:
+                    self._refused.clear()
+                self._refused[url] = reason
+        return reason
+
+    def _check(self, url: str) -> Outcome | None:
+        """`check` without the memory of refusals: the rules themselves."""
         if len(url) > self.max_length:
             return Outcome.trap
         if self.domains and not self._domain_ok(host_of(url)):

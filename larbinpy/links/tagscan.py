@@ -146,7 +146,10 @@ def _finished(raw: _Raw) -> Scan:
 
 
 def _values(values: list[str]) -> list[str]:
-    """The values decoded (most need nothing)."""
+    """The values decoded (most need nothing: one look at them all says so)."""
+    joined = "".join(values)
+    if "&" not in joined and "\x00" not in joined and "\r" not in joined:
+        return values
     return [_value(v) if "&" in v or "\x00" in v or "\r" in v else v for v in values]
 
 

@@ -28,7 +28,6 @@ from collections.abc import Iterable
 from itertools import repeat
 from typing import Final
 
-import idna
 from ada_url import join_url, normalize_url
 
 __all__ = ["DEFAULT_STRIP_PARAMS", "Normalizer", "host_of", "path_of", "site_key"]
@@ -160,12 +159,47 @@ class Normalizer:
             # absolute hrefs live in the crawl-wide cache; the folder's answers are its default
             urls = list(map(self._absolute.get, hrefs, urls))
         if _MISS in urls:
-            for i, url in enumerate(urls):
-                if url is _MISS:
-                    urls[i] = self._resolve_link(info, sub, hrefs[i])
+            self._resolve_misses(info, sub, hrefs, urls)
         out = dict.fromkeys(urls)
         out.pop(None, None)
         return list(out), 0  # type: ignore[arg-type]  # None popped, no _MISS left: all str
+
+    def _resolve_misses(self, info: _BaseInfo, sub: dict[str, str | None], hrefs: list[str],
+                        urls: list[str | None | _Miss]) -> None:
+        """Resolve the hrefs the caches missed (`urls[i]` is _MISS), in place.
+
+        Most of them name a URL produced already, as a path from the origin or the folder
+        (`_produced`): found here without a call per href, and remembered for the folder; the
+        rest go to `_resolve_link`."""
+        same, origin, directory = self._same, info.origin, info.directory
+        for i, url in enumerate(urls):
+            if url is not _MISS:
+                continue
+            href = hrefs[i]
+            first = href[:1]
+            hit = None
+            if ":" in href or first in "?#":  # '' too (the same tests as _produced's)
+                pass
+            elif first == "/":
+                if href[1:2] != "/" and "./" not in href:
+                    hit = same.get(origin + href)
+            elif first == ".":
+                up, tail = _climbed(info, href)
+                if "./" not in tail:
+                    hit = same.get(up + tail)
+            elif "./" not in href:
+                hit = same.get(directory + href)
+            if hit is None:
+                urls[i] = self._resolve_link(info, sub, href)
+                continue
+            urls[i] = hit
+            # (an href naming a canonical URL starts with a path: the folder may share it)
+            if len(href) <= _CACHE_HREF_MAX:
+                if self._cache_size >= _CACHE_MAX:
+                    self._remember(info, sub, href, hit)
+                else:
+                    sub[href] = hit
+                    self._cache_size += 1
 
     def _resolve_link(
         self, info: _BaseInfo | None, sub: dict[str, str | None] | None, href: str
@@ -204,10 +238,9 @@ class Normalizer:
             result = self._same.get(href) or self.normalize(href)
             if len(self._absolute) >= _CACHE_MAX:
                 self._absolute.clear()  # bounded memory, as for the per-directory cache
-                self._same.clear()
             if len(href) <= _CACHE_HREF_MAX:
                 if result is not None:
-                    result = self._same.setdefault(result, result)  # see _remember
+                    result = self._one(result)  # see _remember
                     href = result if result == href else href  # one object, not two equal
                 self._absolute[href] = result
             return result
@@ -232,17 +265,30 @@ class Normalizer:
             # folder's slice is emptied in place, not replaced: the caller holds it for the
             # rest of the page, and what it adds there must stay cached and counted.
             self._cache.clear()
-            self._same.clear()
             sub.clear()
             self._cache[info.directory] = sub
             self._cache_size = 1  # the slice itself, as _subcache counts it
         # One object per URL: the same URL reached by "p1.html", "/p1.html" and "http://h/p1.html"
         # is one string in both caches and the seen-set's memo, not three. Resolution is
         # memory-bound (each link is a lookup in a large dict), and fewer objects mean fewer
-        # cache lines read and less memory (docs/benchmarks.md). (Our own table, cleared with
+        # cache lines read and less memory (docs/benchmarks.md). (Our own table, bounded like
         # the caches, not sys.intern: CPython 3.12.0-3.12.5 never frees interned strings.)
-        sub[href] = result if result is None else self._same.setdefault(result, result)
+        sub[href] = result if result is None else self._one(result)
         self._cache_size += 1
+
+    def _one(self, url: str) -> str:
+        """The one string object of a canonical URL (see _remember).
+
+        The table is also what `_produced` knows: it is not emptied with the caches, whose
+        entries are per folder and href (a page's links in their many spellings fill them far
+        faster than new URLs come), but on its own, when it holds _CACHE_MAX URLs."""
+        same = self._same
+        one = same.get(url)
+        if one is None:
+            if len(same) >= _CACHE_MAX:
+                same.clear()
+            one = same[url] = url
+        return one
 
     def _produced(self, info: _BaseInfo, href: str) -> str | None:
         """The URL href names on info's page when it is one this normalizer produced already,
@@ -251,13 +297,19 @@ class Normalizer:
         A canonical URL has no space, control, backslash, '#' nor dot segment, so an href that
         is its tail, has no ':' (no scheme) and starts with neither '?' nor '//', resolves to
         exactly it: the same page linked as 'p.html', '/d/p.html' and 'http://h/d/p.html' is
-        parsed once."""
+        parsed once. Leading './' and '../' segments are the folder and its parents ('../' at
+        the root stays there, as the URL standard says), so '../d/p.html' is answered alike."""
         first = href[:1]
-        if ":" in href or first in "?#" or "./" in href:  # '' too; './', '../': no such tail
+        if ":" in href or first in "?#":  # '' too
             return None
         if first == "/":
-            return None if href[1:2] == "/" else self._same.get(info.origin + href)
-        return self._same.get(info.directory + href)
+            if href[1:2] == "/" or "./" in href:
+                return None
+            return self._same.get(info.origin + href)
+        directory = info.directory
+        if first == ".":
+            directory, href = _climbed(info, href)
+        return None if "./" in href else self._same.get(directory + href)
 
     def _parse(self, href: str, base: _BaseInfo | None) -> str | None:
         """ada-url's WHATWG answer for href (against base), in canonical form; None for
@@ -355,7 +407,6 @@ class Normalizer:
         if sub is None:
             if self._cache_size >= _CACHE_MAX:
                 self._cache.clear()
-                self._same.clear()
                 self._cache_size = 0
             sub = self._cache[directory] = {}
             self._cache_size += 1  # empty slices count too, so many directories stay bounded
@@ -383,6 +434,22 @@ class _BaseInfo:
         self.origin = url[: url.find("/", 8)]
         path_end = url.find("?")
         self.directory = url[: url.rfind("/", 0, path_end if path_end >= 0 else len(url)) + 1]
+
+
+def _climbed(info: _BaseInfo, href: str) -> tuple[str, str]:
+    """(folder, rest) of an href whose leading './' and '../' segments are taken against
+    info's folder: './' stays in it, '../' goes to its parent, or stays at the root."""
+    directory, root = info.directory, len(info.origin)
+    while True:
+        if href[:2] == "./":
+            href = href[2:]
+        elif href[:3] == "../":
+            href = href[3:]
+            cut = directory.rfind("/", root, len(directory) - 1)
+            if cut >= 0:
+                directory = directory[: cut + 1]
+        else:
+            return directory, href
 
 
 def _uses_whole_base(href: str) -> bool:
@@ -418,6 +485,8 @@ def _punycode_ok(authority: str) -> bool:
 
 def _valid_label(label: str) -> bool:
     """UTS #46 label validity: stable under mapping, no leading mark, joiners and bidi OK."""
+    import idna  # (here: only an international host name needs it)
+
     try:
         if idna.uts46_remap(label, std3_rules=False, transitional=False) != label:
             return False

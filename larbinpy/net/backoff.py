@@ -12,7 +12,6 @@ For a page (`BackOff`, the reader's), the job goes back to its site's queue, at 
 
 from __future__ import annotations
 
-import email.utils
 import time
 from typing import Protocol
 
@@ -30,6 +29,8 @@ def retry_after(value: str | None, cap: float) -> float | None:
     if value.isdigit():
         seconds = float(value)
     else:
+        import email.utils  # (here: a date is rare, its import costs a start-up ~10 ms)
+
         try:
             when = email.utils.parsedate_to_datetime(value)
         except (TypeError, ValueError, IndexError):

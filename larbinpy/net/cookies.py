@@ -10,7 +10,6 @@ most MAX_SITES sites keep cookies (least recently used dropped first).
 
 from __future__ import annotations
 
-import email.utils
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -105,6 +104,8 @@ def parse_set_cookie(line: str, request_path: str) -> tuple[str, Cookie] | None:
 
 def _http_date(text: str) -> float | None:
     """An Expires date as a timestamp (None if unparsable: kept as a session cookie)."""
+    import email.utils  # (here: its import costs a start-up ~10 ms)
+
     try:
         return email.utils.parsedate_to_datetime(text).timestamp()
     except (TypeError, ValueError, IndexError):

@@ -27,12 +27,15 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, NamedTuple, TypeVar, cast
 
 import httptools
-from multidict import CIMultiDict, CIMultiDictProxy
 
+from larbinpy.net.headers import Headers
 from larbinpy.stats import Outcome
+
+if TYPE_CHECKING:
+    from multidict import CIMultiDictProxy
 
 log = logging.getLogger("larbinpy.net")
 T = TypeVar("T")
@@ -120,6 +123,8 @@ class _RequestInfo:
     def headers(self) -> CIMultiDictProxy[str]:
         """The request headers (built on first use: only WARC asks)."""
         if self._headers is None:
+            from multidict import CIMultiDict, CIMultiDictProxy
+
             self._headers = CIMultiDictProxy(CIMultiDict(self._items))
         return self._headers
 
@@ -145,7 +150,7 @@ class Response:
         self.version = HttpVersion(1, 1)
         self.raw_headers: tuple[tuple[bytes, bytes], ...] = ()
         self._head_items: list[tuple[bytes, bytes]] = []
-        self._headers: CIMultiDictProxy[str] | None = None
+        self._headers: Headers | None = None
         self._content_type: str | None = None
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
@@ -171,12 +176,10 @@ class Response:
         return self
 
     @property
-    def headers(self) -> CIMultiDictProxy[str]:
-        """The response headers (decoded like aiohttp does: UTF-8, surrogates for the rest)."""
+    def headers(self) -> Headers:
+        """The response headers, read as aiohttp's (`headers.py`: decoded as asked for)."""
         if self._headers is None:
-            self._headers = CIMultiDictProxy(CIMultiDict(
-                (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
-                for k, v in self.raw_headers))
+            self._headers = Headers(self.raw_headers)
         return self._headers
 
     @property

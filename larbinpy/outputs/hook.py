@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from multidict import CIMultiDict, CIMultiDictProxy
-
+from larbinpy.net.headers import Headers
 from larbinpy.records import Page
 from larbinpy.stats import Stats
 
@@ -56,7 +55,12 @@ class PageView:
 
 
 def _read_only(headers: Any) -> Mapping[str, str]:
-    """Headers that cannot be changed (aiohttp's are already a read-only proxy)."""
+    """Headers that cannot be changed (aiohttp's are already a read-only proxy; the plain-http
+    client's give theirs)."""
+    from multidict import CIMultiDict, CIMultiDictProxy  # (here: only a hook needs it)
+
+    if isinstance(headers, Headers):
+        return headers.multidict()
     if isinstance(headers, CIMultiDictProxy | MappingProxyType):
         return headers
     return CIMultiDictProxy(CIMultiDict(headers or {}))

@@ -25,7 +25,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import xxhash
-from yarl import URL
 
 from larbinpy.config import Config
 from larbinpy.frontier.crawllog import CrawlLog
@@ -176,11 +175,15 @@ class Reader:
             plain = split_http_url(job.url) if self.http1 is not None else None
             if plain is not None and self.http1 is not None:
                 async with await self.http1.get(*plain, extra=headers) as resp:
-                    return await self._answered(site, job, resp, ex)
+                    self._keep_cookies(site, job, resp)
+                    return await self._response(site, job, resp, ex)
+            from yarl import URL  # aiohttp's, loaded with it (https, proxies)
+
             # our URLs are canonical and already percent-encoded: yarl need not re-encode them
             url = URL(job.url, encoded=True)
             async with self.session.get(url, allow_redirects=False, headers=headers) as resp:
-                return await self._answered(site, job, resp, ex)
+                self._keep_cookies(site, job, resp)
+                return await self._response(site, job, resp, ex)
         except Exception as exc:  # noqa: BLE001 - every failure becomes one counted outcome
             kind = (exc.kind if isinstance(exc, BodyError | FetchError)
                     else failure_kind(exc, self.session))
@@ -190,12 +193,11 @@ class Reader:
                 ex.note = failure_note(exc, self.session)
             return kind
 
-    async def _answered(self, site: Site, job: Job, resp: Response, ex: Exchange) -> Outcome:
-        """Keep the site's cookies, then route the response."""
+    def _keep_cookies(self, site: Site, job: Job, resp: Response) -> None:
+        """With `cookies`: keep the site's cookies from the response's Set-Cookie headers."""
         if self.cookies is not None and "Set-Cookie" in resp.headers:
             cookies = resp.headers.getall("Set-Cookie")
             self.cookies.store(site.key, _path(job.url, site.key), cookies)
-        return await self._response(site, job, resp, ex)
 
     async def _response(self, site: Site, job: Job, resp: Response, ex: Exchange) -> Outcome:
         """Route one response by status: the outcome kind."""
