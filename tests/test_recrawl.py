@@ -516,6 +516,8 @@ async def test_submit_force_makes_a_known_page_due_now(lab):
         await until(lambda: len(w.web.answers(host, "/a.html")) == 2, "fetched again at once")
         # a revisit (validators sent), not a second first visit
         assert w.web.answers(host, "/a.html")[1].if_none_match is not None
+        await until(lambda: len([x for x in w.log_lines() if x["url"] == url]) >= 2,
+                    "the revisit's crawl-log line")  # the server answers before it is written
         kinds = [x["kind"] for x in w.log_lines() if x["url"] == url]
         assert kinds == ["success", "notModified"]
 
