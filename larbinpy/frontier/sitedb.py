@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from larbinpy.frontier.turndb import TurnBatch, open_db, sync, transaction
+from larbinpy.frontier.turndb import TurnTable, transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sites (site TEXT PRIMARY KEY, ready_at REAL NOT NULL,
@@ -60,17 +60,16 @@ def loop_to_wall() -> float:
     return time.time() - loop_now()
 
 
-class SiteRecords:
+class SiteRecords(TurnTable[SiteRecord]):
     """The rows of `stateDir/sites.sqlite` (see the module docstring)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._db = open_db(path, SCHEMA)
+        super().__init__(path, SCHEMA)
         have = {row[1] for row in self._db.execute("PRAGMA table_info(sites)")}
         for column, declaration in COLUMNS_ADDED:
             if column not in have:
                 self._db.execute(f"ALTER TABLE sites ADD COLUMN {column} {declaration}")
-        self._batch: TurnBatch[SiteRecord] = TurnBatch(self._write)
 
     def get(self, key: str) -> SiteRecord | None:
         """The site's last record (this turn's, if it changed in it); None: never recorded."""
@@ -101,14 +100,3 @@ class SiteRecords:
         count: int = self._db.execute("SELECT count(*) FROM sites").fetchone()[0]
         return count
 
-    def sync(self) -> None:
-        """Checkpoint: written and durable against power loss."""
-        self._batch.flush()
-        sync(self._db)
-
-    def close(self) -> None:
-        """Write what is pending and close the database."""
-        try:
-            self._batch.flush()
-        finally:
-            self._db.close()

@@ -77,3 +77,28 @@ class TurnBatch(Generic[T]):
         if self.pending:
             pending, self.pending = self.pending, {}
             self.write(pending)
+
+
+class TurnTable(Generic[T]):
+    """A table whose rows change many times a turn: `_batch` gathers them, `_write` writes a
+    turn's in one transaction; `sync` at a checkpoint, `close` at the end."""
+
+    def __init__(self, path: Path, schema: str) -> None:
+        self._db = open_db(path, schema)
+        self._batch: TurnBatch[T] = TurnBatch(self._write)
+
+    def _write(self, rows: dict[str, T]) -> None:
+        """A turn's rows, in one transaction."""
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        """Checkpoint: written and durable against power loss."""
+        self._batch.flush()
+        sync(self._db)
+
+    def close(self) -> None:
+        """Write what is pending and close the database."""
+        try:
+            self._batch.flush()
+        finally:
+            self._db.close()

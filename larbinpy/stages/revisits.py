@@ -54,8 +54,7 @@ from larbinpy.config import Config
 from larbinpy.frontier import freshness
 from larbinpy.frontier.schedule import Schedule, Visit
 from larbinpy.frontier.sites import Sites
-from larbinpy.frontier.turndb import TurnBatch, open_db, transaction
-from larbinpy.frontier.turndb import sync as sync_db
+from larbinpy.frontier.turndb import TurnTable, transaction
 from larbinpy.links.urls import site_key
 from larbinpy.records import Job, JobKind, Revisit, Site
 from larbinpy.stats import FETCH_ERRORS, Outcome, Stats
@@ -125,7 +124,7 @@ class SiteRecrawl:
                    fetch_s=fetch_s, lm_strong_seen=bool(strong))
 
 
-class SiteStates:
+class SiteStates(TurnTable[SiteRecrawl]):
     """The sites' recrawl states on disk (`stateDir/schedule/sites.sqlite`, one row a site,
     written at the end of the loop turn that changed them, like the site records): a
     restart keeps each site's multiplier and the validators it proved false."""
@@ -133,8 +132,7 @@ class SiteStates:
     SCHEMA = "CREATE TABLE IF NOT EXISTS recrawl (site TEXT PRIMARY KEY, state BLOB NOT NULL)"
 
     def __init__(self, path: Path) -> None:
-        self._db = open_db(path, self.SCHEMA)
-        self._batch: TurnBatch[SiteRecrawl] = TurnBatch(self._write)
+        super().__init__(path, self.SCHEMA)
 
     def get(self, key: str, capacity: float) -> SiteRecrawl | None:
         """The site's state as last put (None: never, or unreadable)."""
@@ -153,18 +151,6 @@ class SiteStates:
         with transaction(self._db):
             self._db.executemany("INSERT OR REPLACE INTO recrawl VALUES (?, ?)",
                                  [(k, v.to_bytes()) for k, v in states.items()])
-
-    def sync(self) -> None:
-        """Checkpoint: written and durable against power loss."""
-        self._batch.flush()
-        sync_db(self._db)
-
-    def close(self) -> None:
-        """Write what is pending and close the database."""
-        try:
-            self._batch.flush()
-        finally:
-            self._db.close()
 
 
 @dataclass(slots=True)
