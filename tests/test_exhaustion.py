@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -359,16 +360,22 @@ async def collect(stream: asyncio.StreamReader, into: list[str]) -> None:
         into.append(line.decode(errors="replace"))
 
 
-async def hold_connections(ports: list[int], count: int) -> list[asyncio.StreamWriter]:
-    """Idle connections to the crawler's ports, each costing it a descriptor (each port keeps
-    at most Ports.MAX_CONNECTIONS open, so it takes both to run 100 descriptors out)."""
-    held = []
-    for _ in range(count):
+async def hold_connections(ports: list[int], proc: asyncio.subprocess.Process,
+                           short: Callable[[], bool]) -> list[asyncio.StreamWriter]:
+    """Idle connections to the crawler's ports, each costing it a descriptor, opened until
+    `short()` (the crawler says it is short of them) or it exits. The flood goes on to the end:
+    a burst alone leaves the crawler the descriptors its own short-lived files free. Each port
+    keeps at most Ports.MAX_CONNECTIONS open, so it takes both to run 100 descriptors out."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def taken() -> bool:
         for port in ports:
             with contextlib.suppress(OSError):
                 _, writer = await asyncio.open_connection("127.0.0.1", port)
                 held.append(writer)
-        await asyncio.sleep(0)
+        return short() or proc.returncode is not None
+
+    await until(taken, "the crawler short of descriptors")
     return held
 
 
@@ -381,9 +388,10 @@ async def release(held: list[asyncio.StreamWriter]) -> None:
             await writer.wait_closed()
 
 
-async def crawl_short_of_descriptors(tw):
-    """A crawl of the wide web at 100 descriptors, then both its ports flooded with idle
-    connections: (conf, process, its stderr lines so far, their reader, the connections)."""
+async def crawl_short_of_descriptors(tw, short: Callable[[str], bool]):
+    """A crawl of the wide web at 100 descriptors, its ports flooded with idle connections until
+    `short(its stderr so far)`: (conf, process, its stderr lines, their reader, the
+    connections). Fails if the crawl ends first."""
     port, status_port = free_port(), free_port()
     seeds = "".join(f"startUrl {tw.url(h)}\n" for h in SITES)
     conf = tw.tmp / "larbin.conf"
@@ -394,19 +402,18 @@ async def crawl_short_of_descriptors(tw):
     err: list[str] = []
     reader = asyncio.ensure_future(collect(proc.stderr, err))
     await until(lambda: len(tw.pages_fetched()) > 20, "the crawl under way")
-    held = await hold_connections([port, status_port], 100)
+    held = await hold_connections([port, status_port], proc,
+                                  lambda: short("".join(err)))
+    assert proc.returncode is None, "the crawl ended before it was short of descriptors:\n" + \
+        "".join(err)
     return conf, proc, err, reader, held
 
 
 async def test_out_of_descriptors_the_crawl_waits_then_saves_every_page(make_web) -> None:
     tw = await make_web(wide_web())
-    conf, proc, err, reader, held = await crawl_short_of_descriptors(tw)
-    try:
-        await until(lambda: "Too many open files" in "".join(err), "the descriptors run out")
-        await until(lambda: any(s in "".join(err) for s in SHORT_SIGNS),
-                    "the crawler itself short of descriptors")
-    finally:
-        await release(held)
+    conf, proc, err, reader, held = await crawl_short_of_descriptors(tw, lambda text: (
+        "Too many open files" in text and any(s in text for s in SHORT_SIGNS)))
+    await release(held)
     await asyncio.wait_for(proc.wait(), 120)
     await reader
     text = "".join(err)
@@ -417,11 +424,10 @@ async def test_out_of_descriptors_the_crawl_waits_then_saves_every_page(make_web
 
 async def test_stopped_out_of_descriptors_a_restart_finishes_without_scratch(make_web) -> None:
     tw = await make_web(wide_web())
-    conf, proc, err, reader, held = await crawl_short_of_descriptors(tw)
+    # the loop's accept refused (EMFILE), or the crawler saying it waits for descriptors
+    conf, proc, err, reader, held = await crawl_short_of_descriptors(tw, lambda text: any(
+        s in text for s in ("Too many open files", *SHORT_SIGNS)))
     try:
-        # the loop's accept refused (EMFILE), or the crawler saying it waits for descriptors
-        await until(lambda: any(s in "".join(err) for s in ("Too many open files", *SHORT_SIGNS)),
-                    "the descriptors run out")
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 60)
     finally:
