@@ -261,6 +261,59 @@ def test_the_seen_table_on_a_full_disk_fails_its_doubling_and_keeps_what_it_stor
     assert out["stored"] > 0 and out["found"] and out["reopened"]
 
 
+SITE_RECORDS_ON_A_FULL_DISK = """
+import asyncio, errno, json, logging, sys
+from pathlib import Path
+from larbinpy.frontier.sitedb import SiteRecord, SiteRecords
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+d = Path(sys.argv[1])
+records = SiteRecords(d / "sites.sqlite")
+filler = d / "filler"
+
+async def turn():
+    await asyncio.sleep(0)  # the end of the turn: the batch is written
+    await asyncio.sleep(0)
+
+async def main():
+    records.put("http://early.test", SiteRecord(1.0, 0, 1))
+    await turn()
+    with open(filler, "wb") as f:  # the disk full
+        try:
+            while True:
+                f.write(b"x" * 65536)
+                f.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    for i in range(2000):
+        records.put(f"http://s{i}.test", SiteRecord(float(i), 0, i + 1))
+    await turn()
+    kept = records.get("http://s1999.test")
+    filler.unlink()  # room again: the next turn's end writes them
+    records.put("http://late.test", SiteRecord(2.0, 0, 1))
+    await turn()
+    records.close()
+    return kept
+
+kept = asyncio.run(main())
+again = SiteRecords(d / "sites.sqlite")
+print(json.dumps({"kept": kept.pages if kept else None, "rows": len(again),
+                  "last": again.get("http://s1999.test").pages}))
+"""
+
+
+def test_site_records_on_a_full_disk_wait_in_memory_and_are_written_when_there_is_room(
+        tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    proc = subprocess.run([*tiny_disk(disk, "256k"), sys.executable, "-c",
+                           SITE_RECORDS_ON_A_FULL_DISK, str(disk)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "cannot write the state database" in proc.stderr, proc.stderr
+    assert "can be written again" in proc.stderr, proc.stderr
+    assert out == {"kept": 2000, "rows": 2002, "last": 2000}
+
+
 # --- files cut short are repaired on open ---
 
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Generic, TypeVar
 
 DB_CACHE_KIB = 2048  # SQLite's page cache for one database, at most
+
+log = logging.getLogger("larbinpy")
 
 T = TypeVar("T")
 
@@ -54,12 +57,14 @@ def sync(db: sqlite3.Connection) -> None:
 
 class TurnBatch(Generic[T]):
     """Values put during a loop turn, handed to `write` together at its end (at once without a
-    running loop: a tool, a test). Invariant: a value put is in `pending` until written."""
+    running loop: a tool, a test). Invariant: a value put is in `pending` until written, a
+    write refused (a full disk) included: it is tried again at the next turn's end or `flush`."""
 
     def __init__(self, write: Callable[[dict[str, T]], None]) -> None:
         self.write = write
         self.pending: dict[str, T] = {}
         self._planned = False
+        self._refused = False  # the last write failed (said once, until one succeeds)
 
     def put(self, key: str, value: T) -> None:
         """Write `value` for `key` at the end of this loop turn (the last put of a turn wins)."""
@@ -67,16 +72,33 @@ class TurnBatch(Generic[T]):
         if not self._planned:
             self._planned = True
             try:
-                asyncio.get_running_loop().call_soon(self.flush)
+                asyncio.get_running_loop().call_soon(self._turn_end)
             except RuntimeError:  # no loop: now
                 self.flush()
 
+    def _turn_end(self) -> None:
+        """The end-of-turn flush: a refused write is said, kept, and tried again later."""
+        try:
+            self.flush()
+        except (sqlite3.Error, OSError) as exc:
+            if not self._refused:
+                log.error("cannot write the state database (%s): its rows wait in memory and "
+                          "are written when it can again", exc)
+            self._refused = True
+
     def flush(self) -> None:
-        """Write what is pending now."""
+        """Write what is pending now; a refused write keeps it pending, and raises."""
         self._planned = False
         if self.pending:
             pending, self.pending = self.pending, {}
-            self.write(pending)
+            try:
+                self.write(pending)
+            except BaseException:
+                self.pending = {**pending, **self.pending}
+                raise
+            if self._refused:
+                self._refused = False
+                log.warning("the state database can be written again")
 
 
 class TurnTable(Generic[T]):
