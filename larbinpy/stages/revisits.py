@@ -521,7 +521,7 @@ class Revisits:
             interval = state.budget.first(self.lo, self.hi, coming)
             target = interval / (1.0 - PULL)
         else:
-            target = state.budget.target(rate, self.lo, self.hi)
+            target = state.budget.target(rate, self.lo, self.hi, stats)
             interval = self._due_after(target)
             state.budget.account(old, interval)
         self._note_freshness(freshness.freshness(rate, target))
