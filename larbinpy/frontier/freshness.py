@@ -52,7 +52,7 @@ _STATE = struct.Struct("<eeee")  # changes without LM, with LM, log2(1 + seconds
 STATE_BYTES = _STATE.size
 _NEWTON_STEPS = 60
 STATIC_PRIOR = 0.1  # the posterior interval's prior share of pages that never change...
-GRID_POINTS = 40  # ... the rest log-uniform on this many rates
+GRID_POINTS = 16  # ... the rest log-uniform on this many rates
 GRID_SPAN = 10.0  # ... from 1 / (GRID_SPAN recrawlMax) to GRID_SPAN / recrawlMin
 _NEGLIGIBLE = math.log(1e-7)  # posterior points lighter than this (relative) are left out
 
@@ -248,7 +248,7 @@ class SiteBudget:
             # it. Not this page's own rate: one visit makes it ten times too high or too low.
             mean = self.mean_interval(lo, hi)
             self.mu = marginal(1.0 / mean, mean) if self.pages else 0.1 * lo
-        if stats is not None and not math.isinf(rate):
+        if stats is not None:  # `rate` aside: the posterior also weighs a too-fast page
             return posterior_interval(stats, self.mu, lo, hi)
         return interval(rate, self.mu, lo, hi)
 
