@@ -35,6 +35,13 @@ changes faster than the budget can follow) gets no visits at all: its interval g
 recrawlMax. Each page's objective is concave in f, so the box lo <= I <= hi is a clamp.
 `SiteBudget` finds mu per site by dual ascent: it tracks the site's scheduled demand
 (sum of 1/I over its pages) and moves mu multiplicatively toward demand = capacity.
+
+The rate is only estimated, so a revisit's interval (`posterior_interval`) solves the same
+condition for the expected dF/df over the page's posterior rate: a prior (STATIC_PRIOR at rate
+0, the rest log-uniform over rates 1 / (10 recrawlMax) .. 10 / recrawlMin) times the
+likelihood of the estimator's state. With much evidence that is the plug-in interval; with
+little it hedges, where the plug-in one swings with each visit (the recrawl bench's pages,
+revisited a few dozen times, lost more to that than any other part of the schedule).
 """
 
 from __future__ import annotations
@@ -438,8 +445,10 @@ def too_fast(stats: bytes) -> bool:
     is a trap: the interval the optimiser gives a rate c / t_c is about 4 mu, and revisited that
     often the page keeps changing at every visit, so the estimate stays c / t_c -- a stable
     fixed point that spends a share of the site's budget on a page the budget cannot follow.
-    The caller treats such a page as changing too fast (recrawlMax); a page that slows down
-    shows an unchanged visit there and is learned again. The test: at least SATURATED_CHANGES
+    The crawler's `rate` for such a page is inf (it orders waiting visits by it); its
+    interval comes from `posterior_interval`, whose prior stops at 10 / recrawlMin, so the
+    likelihood of changing at every visit sends it toward recrawlMax there as well; a page
+    that slows down shows an unchanged visit and is learned again. The test: at least SATURATED_CHANGES
     changes in memory, and the unchanged exposure less than SATURATED_UNCHANGED of all the
     time watched (a chance of no change in an interval below ~1.5%: x = lambda I > 4.2, where
     the optimum's pages are marginal, 1 - (1 + x) e^(-x) > 0.92 = mu lambda).
