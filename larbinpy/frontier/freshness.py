@@ -38,7 +38,7 @@ recrawlMax. Each page's objective is concave in f, so the box lo <= I <= hi is a
 
 The rate is only estimated, so a revisit's interval (`posterior_interval`) solves the same
 condition for the expected dF/df over the page's posterior rate: a prior (STATIC_PRIOR at rate
-0, the rest log-uniform over rates 1 / (10 recrawlMax) .. 10 / recrawlMin) times the
+0, the rest log-uniform over rates 1 / (3 recrawlMax) .. 3 / recrawlMin) times the
 likelihood of the estimator's state. With much evidence that is the plug-in interval; with
 little it hedges, where the plug-in one swings with each visit (the recrawl bench's pages,
 revisited a few dozen times, lost more to that than any other part of the schedule).
@@ -60,7 +60,7 @@ STATE_BYTES = _STATE.size
 _NEWTON_STEPS = 60
 STATIC_PRIOR = 0.1  # the posterior interval's prior share of pages that never change...
 GRID_POINTS = 16  # ... the rest log-uniform on this many rates
-GRID_SPAN = 10.0  # ... from 1 / (GRID_SPAN recrawlMax) to GRID_SPAN / recrawlMin
+GRID_SPAN = 3.0  # ... from 1 / (GRID_SPAN recrawlMax) to GRID_SPAN / recrawlMin
 _NEGLIGIBLE = math.log(1e-7)  # posterior points lighter than this (relative) are left out
 
 
@@ -446,7 +446,7 @@ def too_fast(stats: bytes) -> bool:
     often the page keeps changing at every visit, so the estimate stays c / t_c -- a stable
     fixed point that spends a share of the site's budget on a page the budget cannot follow.
     The crawler's `rate` for such a page is inf (it orders waiting visits by it); its
-    interval comes from `posterior_interval`, whose prior stops at 10 / recrawlMin, so the
+    interval comes from `posterior_interval`, whose prior stops at 3 / recrawlMin, so the
     likelihood of changing at every visit sends it toward recrawlMax there as well; a page
     that slows down shows an unchanged visit and is learned again. The test: at least SATURATED_CHANGES
     changes in memory, and the unchanged exposure less than SATURATED_UNCHANGED of all the
