@@ -448,10 +448,11 @@ def too_fast(stats: bytes) -> bool:
     The crawler's `rate` for such a page is inf (it orders waiting visits by it); its
     interval comes from `posterior_interval`, whose prior stops at 3 / recrawlMin, so the
     likelihood of changing at every visit sends it toward recrawlMax there as well; a page
-    that slows down shows an unchanged visit and is learned again. The test: at least SATURATED_CHANGES
-    changes in memory, and the unchanged exposure less than SATURATED_UNCHANGED of all the
-    time watched (a chance of no change in an interval below ~1.5%: x = lambda I > 4.2, where
-    the optimum's pages are marginal, 1 - (1 + x) e^(-x) > 0.92 = mu lambda).
+    that slows down shows an unchanged visit and is learned again. The test: at least
+    SATURATED_CHANGES changes in memory, and the unchanged exposure less than
+    SATURATED_UNCHANGED of all the time watched (a chance of no change in an interval below
+    ~1.5%: x = lambda I > 4.2, where the optimum's pages are marginal, 1 - (1 + x) e^(-x) >
+    0.92 = mu lambda).
     """
     if len(stats) != STATE_BYTES:
         return False
