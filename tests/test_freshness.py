@@ -219,6 +219,7 @@ def test_state_stays_small_and_the_rate_finite(visits: list[tuple[float, bool, b
         assert len(stats) == fr.STATE_BYTES
         lam = fr.rate(stats, prior)
         assert 0 < lam < math.inf
+        assert 1.0 <= fr.posterior_interval(stats, 1.0, 1.0, 60.0) <= 60.0
 
 
 def saturated_after(lam: float, gap: float, visits: int, seed: int) -> int | None:

@@ -344,7 +344,7 @@ def posterior(stats: bytes, lo: float, hi: float) -> list[tuple[float, float]]:
         ll = math.log(weight) - lam * u
         if n_lm > 0.0:
             ll += n_lm * math.log(lam)
-        if n_c > 1e-6:
+        if n_c > 1e-6 and t_c > 0.0:  # (a sum of tiny intervals may round to 0 seconds)
             ll += n_c * math.log(-math.expm1(-lam * t_c))
         logs.append((lam, ll))
     top = max(ll for _, ll in logs)
