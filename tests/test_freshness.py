@@ -219,6 +219,7 @@ def test_state_stays_small_and_the_rate_finite(visits: list[tuple[float, bool, b
         assert len(stats) == fr.STATE_BYTES
         lam = fr.rate(stats, prior)
         assert 0 < lam < math.inf
+        assert 1.0 <= fr.posterior_interval(stats, 1.0, 1.0, 60.0) <= 60.0
 
 
 def saturated_after(lam: float, gap: float, visits: int, seed: int) -> int | None:
@@ -261,3 +262,42 @@ def test_a_page_changing_at_every_visit_is_too_fast_and_a_followable_one_is_not(
         known = fr.observe(known, 1e6 + 4 * k + 4, 1e6 + 4 * k, True, 1e6 + 4 * k + 3.7, True,
                            prior=1.0)
     assert not fr.too_fast(known)
+
+
+def test_posterior_is_a_distribution_and_rate_zero_goes_with_the_first_change() -> None:
+    lo, hi = 1.0, 60.0
+    unchanged = fr.observe(fr.observe(b"", 10.0, 0.0, False, prior=1 / lo), 20.0, 10.0, False,
+                           prior=1 / lo)
+    changed = fr.observe(unchanged, 30.0, 20.0, True, prior=1 / lo)
+    for stats in (b"", unchanged, changed):
+        post = fr.posterior(stats, lo, hi)
+        assert math.isclose(sum(w for _, w in post), 1.0)
+        assert all(w > 0 for _, w in post)
+    assert dict(fr.posterior(unchanged, lo, hi))[0.0] > fr.STATIC_PRIOR  # more likely static
+    assert 0.0 not in dict(fr.posterior(changed, lo, hi))
+
+
+def test_posterior_interval_is_the_plug_in_one_where_the_estimate_is_sure() -> None:
+    lo, hi, mu = 1.0, 600.0, 2.0
+    for lam in (0.003, 0.02, 0.1):
+        stats = visit_page(lam, [1.0 / lam] * 200, True, seed=7)
+        sure = fr.interval(fr.rate(stats, prior=lam), mu, lo, hi)
+        assert math.isclose(fr.posterior_interval(stats, mu, lo, hi), sure, rel_tol=0.1), lam
+
+
+def test_posterior_interval_hedges_on_little_history() -> None:
+    lo, hi, mu = 1.0, 60.0, 0.9
+    # one unchanged visit: the plug-in rate (the prior's tenth of a change over 10 s) sends
+    # the page further than the posterior does (it may well change within a minute)
+    once = fr.observe(fr.observe(b"", 10.0, 0.0, False, prior=1 / lo), 20.0, 10.0, False,
+                      prior=1 / lo)
+    plug_in = fr.interval(fr.rate(once, prior=1 / lo), mu, lo, hi)
+    assert lo < fr.posterior_interval(once, mu, lo, hi) < plug_in
+    # ... and one that stays unchanged still goes to recrawlMax, never coming back down
+    stats, t, gaps = once, 20.0, []
+    for _ in range(40):
+        gaps.append(fr.posterior_interval(stats, mu, lo, hi))
+        stats = fr.observe(stats, t + gaps[-1], t, False, prior=1 / lo)
+        t += gaps[-1]
+    assert gaps == sorted(gaps)
+    assert gaps[-1] == hi

@@ -35,10 +35,18 @@ changes faster than the budget can follow) gets no visits at all: its interval g
 recrawlMax. Each page's objective is concave in f, so the box lo <= I <= hi is a clamp.
 `SiteBudget` finds mu per site by dual ascent: it tracks the site's scheduled demand
 (sum of 1/I over its pages) and moves mu multiplicatively toward demand = capacity.
+
+The rate is only estimated, so a revisit's interval (`posterior_interval`) solves the same
+condition for the expected dF/df over the page's posterior rate: a prior (STATIC_PRIOR at rate
+0, the rest log-uniform over rates 1 / (3 recrawlMax) .. 3 / recrawlMin) times the
+likelihood of the estimator's state. With much evidence that is the plug-in interval; with
+little it hedges, where the plug-in one swings with each visit (the recrawl bench's pages,
+revisited a few dozen times, lost more to that than any other part of the schedule).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Sequence
@@ -50,6 +58,10 @@ PRIOR_CHANGES = 0.1  # weight of the prior, in changes seen at the prior rate
 _STATE = struct.Struct("<eeee")  # changes without LM, with LM, log2(1 + seconds) x 2
 STATE_BYTES = _STATE.size
 _NEWTON_STEPS = 60
+STATIC_PRIOR = 0.1  # the posterior interval's prior share of pages that never change...
+GRID_POINTS = 16  # ... the rest log-uniform on this many rates
+GRID_SPAN = 3.0  # ... from 1 / (GRID_SPAN recrawlMax) to GRID_SPAN / recrawlMin
+_NEGLIGIBLE = math.log(1e-7)  # posterior points lighter than this (relative) are left out
 
 
 # --- freshness of a schedule ---
@@ -233,8 +245,9 @@ class SiteBudget:
         self.account(old_interval, new)
         return new
 
-    def target(self, rate: float, lo: float, hi: float) -> float:
-        """The interval at the site's mu for a page of this rate (not counted: `account`)."""
+    def target(self, rate: float, lo: float, hi: float, stats: bytes | None = None) -> float:
+        """The interval at the site's mu for a page of this rate (not counted: `account`);
+        with the page's estimator `stats`, for its posterior rate (`posterior_interval`)."""
         if self.mu <= 0.0:
             # A new site: start where a page changing once a mean interval gets the mean
             # interval (or, with no page counted yet, where the prior puts a new page at
@@ -242,6 +255,8 @@ class SiteBudget:
             # it. Not this page's own rate: one visit makes it ten times too high or too low.
             mean = self.mean_interval(lo, hi)
             self.mu = marginal(1.0 / mean, mean) if self.pages else 0.1 * lo
+        if stats is not None:  # `rate` aside: the posterior also weighs a too-fast page
+            return posterior_interval(stats, self.mu, lo, hi)
         return interval(rate, self.mu, lo, hi)
 
     def first(self, lo: float, hi: float, coming: int = 0) -> float:
@@ -293,6 +308,86 @@ class SiteBudget:
             return cls(capacity)
         mu, demand, pages = cls._PACK.unpack(data)
         return cls(capacity, mu, demand, pages)
+
+
+# --- the interval for what the estimate does not know ---
+
+
+@functools.lru_cache(maxsize=64)
+def rate_grid(lo: float, hi: float) -> tuple[tuple[float, float], ...]:
+    """The prior over a page's rate the posterior interval uses: (rate, weight) pairs,
+    STATIC_PRIOR at rate 0, the rest log-uniform on GRID_POINTS rates from 1 / (GRID_SPAN hi)
+    (too slow to tell from static within the schedule's bounds) to GRID_SPAN / lo."""
+    a, b = 1.0 / (GRID_SPAN * hi), GRID_SPAN / lo
+    step = (b / a) ** (1.0 / (GRID_POINTS - 1))
+    each = (1.0 - STATIC_PRIOR) / GRID_POINTS
+    return ((0.0, STATIC_PRIOR),) + tuple((a * step ** k, each) for k in range(GRID_POINTS))
+
+
+def posterior(stats: bytes, lo: float, hi: float) -> list[tuple[float, float]]:
+    """The page's rate given its visits: `rate_grid`'s prior times the likelihood of the
+    estimator's state, (1 - e^(-lambda t_c))^n_c lambda^n_lm e^(-lambda U), normalised;
+    points of negligible weight left out. Rate 0 keeps its weight only while no change was
+    seen (the state's prior pseudo-change aside)."""
+    grid = rate_grid(lo, hi)
+    if len(stats) != STATE_BYTES:
+        return list(grid)
+    n_c, n_lm, s_c, u = _unpack(stats)
+    t_c = s_c / n_c if n_c > 1e-6 else 0.0
+    static_possible = n_c < 1e-6 and n_lm <= PRIOR_CHANGES + 1e-3
+    logs: list[tuple[float, float]] = []
+    for lam, weight in grid:
+        if lam == 0.0:
+            if static_possible:
+                logs.append((lam, math.log(weight)))
+            continue
+        ll = math.log(weight) - lam * u
+        if n_lm > 0.0:
+            ll += n_lm * math.log(lam)
+        if n_c > 1e-6 and t_c > 0.0:  # (a sum of tiny intervals may round to 0 seconds)
+            ll += n_c * math.log(-math.expm1(-lam * t_c))
+        logs.append((lam, ll))
+    top = max(ll for _, ll in logs)
+    kept = [(lam, math.exp(ll - top)) for lam, ll in logs if ll - top > _NEGLIGIBLE]
+    total = sum(w for _, w in kept)
+    return [(lam, w / total) for lam, w in kept]
+
+
+def expected_marginal(post: Sequence[tuple[float, float]], interval: float) -> float:
+    """dF/df at `interval`, averaged over the posterior `post` ((rate, weight) pairs)."""
+    return sum(w * marginal(lam, interval) for lam, w in post if lam > 0.0)
+
+
+def posterior_interval(stats: bytes, mu: float, lo: float, hi: float) -> float:
+    """The interval at which the expected dF/df over the page's posterior rate is mu, in [lo,
+    hi]. Where the estimate is sure it is `interval(rate(stats), mu, lo, hi)`; where it is
+    not, it hedges: a page with little history is neither sent far on a few unchanged visits
+    nor thrown to recrawlMax by noise near the optimiser's cliff (rates about 1 / mu, where
+    `interval` jumps there). The expectation rises with the interval (d/dI of dF/df is
+    lambda I e^(-lambda I)): Newton from the plug-in interval, kept inside a bracket."""
+    if mu <= 0.0:
+        return lo
+    post = [(lam, w) for lam, w in posterior(stats, lo, hi) if lam > 0.0]
+    if expected_marginal(post, hi) < mu:
+        return hi
+    if expected_marginal(post, lo) >= mu:
+        return lo
+    a, b = lo, hi
+    x = min(hi, max(lo, interval(sum(lam * w for lam, w in post), mu, lo, hi)))
+    for _ in range(_NEWTON_STEPS):
+        h = expected_marginal(post, x) - mu
+        if h < 0.0:
+            a = x
+        else:
+            b = x
+        slope = sum(w * lam * x * math.exp(-lam * x) for lam, w in post)
+        nxt = x - h / slope if slope > 0.0 else math.sqrt(a * b)
+        if not a < nxt < b:
+            nxt = math.sqrt(a * b)
+        if abs(nxt - x) <= 1e-4 * x or b <= a * (1.0 + 1e-4):
+            return nxt
+        x = nxt
+    return x
 
 
 # --- the estimator ---
@@ -350,11 +445,14 @@ def too_fast(stats: bytes) -> bool:
     is a trap: the interval the optimiser gives a rate c / t_c is about 4 mu, and revisited that
     often the page keeps changing at every visit, so the estimate stays c / t_c -- a stable
     fixed point that spends a share of the site's budget on a page the budget cannot follow.
-    The caller treats such a page as changing too fast (recrawlMax); a page that slows down
-    shows an unchanged visit there and is learned again. The test: at least SATURATED_CHANGES
-    changes in memory, and the unchanged exposure less than SATURATED_UNCHANGED of all the
-    time watched (a chance of no change in an interval below ~1.5%: x = lambda I > 4.2, where
-    the optimum's pages are marginal, 1 - (1 + x) e^(-x) > 0.92 = mu lambda).
+    The crawler's `rate` for such a page is inf (it orders waiting visits by it); its
+    interval comes from `posterior_interval`, whose prior stops at 3 / recrawlMin, so the
+    likelihood of changing at every visit sends it toward recrawlMax there as well; a page
+    that slows down shows an unchanged visit and is learned again. The test: at least
+    SATURATED_CHANGES changes in memory, and the unchanged exposure less than
+    SATURATED_UNCHANGED of all the time watched (a chance of no change in an interval below
+    ~1.5%: x = lambda I > 4.2, where the optimum's pages are marginal, 1 - (1 + x) e^(-x) >
+    0.92 = mu lambda).
     """
     if len(stats) != STATE_BYTES:
         return False

@@ -3,8 +3,8 @@
 With `recrawl on` this stage closes the pipeline's loop. The crawl log tells it every page's
 final outcome (`CrawlLog.scheduler`): it updates the page's history in the schedule
 (`frontier/schedule.py`: validators, payload digest, the change-rate estimator's state) and
-gives the page its next due time: (1 - PULL) of `freshness.interval` for the page's
-estimated change rate and its site's multiplier, within recrawlMin..recrawlMax (failures on a
+gives the page its next due time: (1 - PULL) of `freshness.posterior_interval` for the page's
+estimator state and its site's multiplier, within recrawlMin..recrawlMax (failures on a
 longer schedule of their own; a page new to the schedule, its site's mean interval). Its
 task pops the visits that came due and feeds them to their sites' queues as `REVISIT` jobs,
 behind the never-fetched URLs: a site gets a revisit only when it has no other job queued, at
@@ -506,8 +506,9 @@ class Revisits:
         stats = freshness.observe(evidence, now, since, changed, lm_time,
                                   state.lm_trusted and strong_lm is not None,
                                   prior=1.0 / self.lo)
-        # a page that changed at every visit has only a lower bound for its rate: treated
-        # as faster than the budget can follow (freshness.too_fast), it goes to recrawlMax
+        # the point estimate (inf for a page that changed at every visit, freshness.too_fast)
+        # orders the site's waiting visits and decides audits; the interval comes from the
+        # whole posterior (`SiteBudget.target` with the stats)
         rate = self._rate(stats)
         state.budget.capacity = self._budget_capacity(site)  # its delay may have changed
         # The budget counts each page at the interval after which it may be fetched (its
@@ -521,7 +522,7 @@ class Revisits:
             interval = state.budget.first(self.lo, self.hi, coming)
             target = interval / (1.0 - PULL)
         else:
-            target = state.budget.target(rate, self.lo, self.hi)
+            target = state.budget.target(rate, self.lo, self.hi, stats)
             interval = self._due_after(target)
             state.budget.account(old, interval)
         self._note_freshness(freshness.freshness(rate, target))
