@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from larbinpy.bench.changing import ChangingServer
 from larbinpy.config import parse_config
@@ -22,6 +23,11 @@ from larbinpy.demo import DnsServer, LocalWeb, Page, Site
 CHECKOUT = Path(__file__).resolve().parents[1]
 CRAWL_TIMEOUT = 60.0
 WAIT_TIMEOUT = 30.0  # until(): a guard against a hung test on a loaded machine, not a measure
+
+# Property tests check results, never time: hypothesis's 200 ms an example fails on a loaded
+# machine (the suite runs in 4 processes on 2 cores)
+settings.register_profile("larbinpy", deadline=None)
+settings.load_profile("larbinpy")
 
 
 async def until(condition: Callable[[], object], what: str = "the awaited condition",
