@@ -144,6 +144,21 @@ async def test_a_document_that_does_not_fit_waits_until_room_is_given_back() -> 
     assert (pool.used, second.held, pool.waiting) == (30, 30, 0)
 
 
+async def test_take_now_grants_what_take_would_grant_at_once_and_never_jumps_the_line() -> None:
+    pool = DocumentMemory(100)
+    first, second, third = pool.reservation(), pool.reservation(), pool.reservation()
+    assert first.take_now(80) and (pool.used, first.held) == (80, 80)
+    assert not second.take_now(30) and second.held == 0  # does not fit: nothing held
+    waiting = asyncio.ensure_future(second.take(30))  # the wait is take's
+    await asyncio.sleep(0)
+    assert not third.take_now(10) and third.held == 0  # it fits, but second asked first
+    assert first.take_now(50) and first.held == 130  # the oldest holder always goes on
+    first.release()
+    await waiting
+    assert (pool.used, second.held, pool.waiting) == (30, 30, 0)
+    assert third.take_now(10) and pool.used == 40
+
+
 async def test_waiting_documents_get_room_in_the_order_they_asked() -> None:
     pool = DocumentMemory(100)
     holder, big, small = pool.reservation(), pool.reservation(), pool.reservation()

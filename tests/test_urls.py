@@ -670,6 +670,7 @@ def test_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     import larbinpy.links.urls as urls
 
     monkeypatch.setattr(urls, "_CACHE_MAX", 100)
+    monkeypatch.setattr(urls, "_URLS_MAX", 150)
     norm = Normalizer()
     for i in range(1000):
         assert norm.resolve("http://e.com/", f"/p{i}") == f"http://e.com/p{i}"
@@ -680,7 +681,33 @@ def test_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for i in range(1000):  # absolute links: their own cache, bounded the same way
         assert norm.resolve("http://e.com/", f"http://f.com/{i}") == f"http://f.com/{i}"
     assert len(norm._absolute) <= 100
-    assert len(norm._same) <= 200  # each URL's one object: no more than both caches hold
+    assert len(norm._same) <= 150  # each URL's one object, in a table bounded on its own
+
+
+def test_the_table_of_produced_urls_forgets_its_older_half_when_full(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full table of produced URLs keeps the newer half: links to the URLs produced since
+    stay answered without ada-url, and every answer stays ada-url's."""
+    import larbinpy.links.urls as urls
+
+    monkeypatch.setattr(urls, "_URLS_MAX", 20)
+    norm = Normalizer()
+    for i in range(20):
+        norm.resolve("http://e.com/", f"http://e.com/p{i}")
+    assert len(norm._same) == 20
+    norm.resolve("http://e.com/", "http://e.com/p20")  # full: p0..p9 go, p10..p20 stay
+    assert list(norm._same) == [f"http://e.com/p{i}" for i in range(10, 21)]
+    calls = []
+    join = urls.join_url
+
+    def counted(base: str, href: str) -> str:
+        calls.append(href)
+        return join(base, href)
+
+    monkeypatch.setattr(urls, "join_url", counted)
+    for i in (*range(10, 21), 0):  # hrefs no cache holds: the table answers the newer half
+        assert norm.resolve("http://e.com/d/", f"../p{i}") == f"http://e.com/p{i}"
+    assert calls == ["../p0"]
 
 
 def test_links_resolved_after_the_cache_fills_mid_page_stay_cached(

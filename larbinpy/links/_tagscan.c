@@ -15,8 +15,23 @@ typedef const unsigned char *ptr;
 enum { T_OTHER, T_A, T_AREA, T_BASE, T_IFRAME, T_LINK, T_IMG, T_SCRIPT, T_RAW, T_TEMPLATE,
        T_FRAMESET, T_PLAINTEXT };
 
+/* Character classes, one table look instead of a comparison per class (init_classes). */
+enum { C_WS = 1, C_SLASH = 2, C_GT = 4, C_EQ = 8, C_FIRST = 16 };
+static unsigned char CLASS[256];
+
+static void init_classes(void) {
+    const char *p;
+    for (p = " \t\n\f\r"; *p; p++)
+        CLASS[(unsigned char)*p] |= C_WS;
+    CLASS['/'] |= C_SLASH;
+    CLASS['>'] |= C_GT;
+    CLASS['='] |= C_EQ;
+    for (p = "abilstxnfpABILSTXNFP"; *p; p++)  /* first letters of the tags in TAGS */
+        CLASS[(unsigned char)*p] |= C_FIRST;
+}
+
 static int is_ws(unsigned char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r';
+    return CLASS[c] & C_WS;
 }
 
 static int is_alpha(unsigned char c) {
@@ -27,10 +42,10 @@ static unsigned char lower(unsigned char c) {
     return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
 }
 
-/* whether [s, s+len) is `word` (lower case ASCII) in any ASCII case */
-static int same(ptr s, Py_ssize_t len, const char *word) {
+/* whether [s, s+len) is `word` (lower case ASCII, `wlen` bytes) in any ASCII case */
+static int same_n(ptr s, Py_ssize_t len, const char *word, Py_ssize_t wlen) {
     Py_ssize_t i;
-    if ((Py_ssize_t)strlen(word) != len)
+    if (wlen != len)
         return 0;
     for (i = 0; i < len; i++)
         if (lower(s[i]) != (unsigned char)word[i])
@@ -38,20 +53,26 @@ static int same(ptr s, Py_ssize_t len, const char *word) {
     return 1;
 }
 
-static const struct { const char *name; int kind; } TAGS[] = {
-    {"a", T_A}, {"area", T_AREA}, {"base", T_BASE}, {"iframe", T_IFRAME}, {"link", T_LINK},
-    {"img", T_IMG}, {"image", T_IMG}, {"script", T_SCRIPT}, {"style", T_RAW}, {"xmp", T_RAW},
-    {"noembed", T_RAW}, {"noframes", T_RAW}, {"textarea", T_RAW}, {"title", T_RAW},
-    {"template", T_TEMPLATE}, {"frameset", T_FRAMESET}, {"plaintext", T_PLAINTEXT},
+static int same(ptr s, Py_ssize_t len, const char *word) {
+    return same_n(s, len, word, (Py_ssize_t)strlen(word));
+}
+
+static const struct { const char *name; Py_ssize_t len; int kind; } TAGS[] = {
+    {"a", 1, T_A}, {"area", 4, T_AREA}, {"base", 4, T_BASE}, {"iframe", 6, T_IFRAME},
+    {"link", 4, T_LINK}, {"img", 3, T_IMG}, {"image", 5, T_IMG}, {"script", 6, T_SCRIPT},
+    {"style", 5, T_RAW}, {"xmp", 3, T_RAW}, {"noembed", 7, T_RAW}, {"noframes", 8, T_RAW},
+    {"textarea", 8, T_RAW}, {"title", 5, T_RAW}, {"template", 8, T_TEMPLATE},
+    {"frameset", 8, T_FRAMESET}, {"plaintext", 9, T_PLAINTEXT},
 };
 
 static int kind_of(ptr s, Py_ssize_t len) {
     size_t i;
     unsigned char first = lower(s[0]);
-    if (len > 9 || !strchr("abilstxnfp", first))  /* most tags: span, div, code, em... */
+    if (len > 9 || !(CLASS[s[0]] & C_FIRST))  /* most tags: span, div, code, em... */
         return T_OTHER;
     for (i = 0; i < sizeof TAGS / sizeof TAGS[0]; i++)
-        if ((unsigned char)TAGS[i].name[0] == first && same(s, len, TAGS[i].name))
+        if (TAGS[i].len == len && (unsigned char)TAGS[i].name[0] == first
+                && same_n(s, len, TAGS[i].name, TAGS[i].len))
             return TAGS[i].kind;
     return T_OTHER;
 }
@@ -59,6 +80,7 @@ static int kind_of(ptr s, Py_ssize_t len) {
 /* The wanted attributes of one tag: the first occurrence of each name counts. */
 typedef struct {
     const char *names[2];
+    Py_ssize_t name_len[2];
     int seen[2];
     ptr value[2];  /* NULL: written without "=" */
     Py_ssize_t len[2];
@@ -72,14 +94,14 @@ static Py_ssize_t read_attrs(ptr b, Py_ssize_t n, Py_ssize_t i, attrs_t *want) {
         ptr value = NULL;
         Py_ssize_t vlen = 0;
         int k;
-        while (i < n && (is_ws(b[i]) || b[i] == '/'))
+        while (i < n && (CLASS[b[i]] & (C_WS | C_SLASH)))
             i++;
         if (i >= n)
             return -1;
         if (b[i] == '>')
             return i + 1;
         name = i++;  /* the first character may be "=" */
-        while (i < n && !is_ws(b[i]) && b[i] != '/' && b[i] != '>' && b[i] != '=')
+        while (i < n && !(CLASS[b[i]] & (C_WS | C_SLASH | C_GT | C_EQ)))
             i++;
         name_end = i;
         j = i;
@@ -98,7 +120,7 @@ static Py_ssize_t read_attrs(ptr b, Py_ssize_t n, Py_ssize_t i, attrs_t *want) {
                 i = close - b + 1;
             } else {
                 Py_ssize_t s = j;
-                while (j < n && !is_ws(b[j]) && b[j] != '>')
+                while (j < n && !(CLASS[b[j]] & (C_WS | C_GT)))
                     j++;
                 value = b + s;
                 vlen = j - s;
@@ -108,7 +130,8 @@ static Py_ssize_t read_attrs(ptr b, Py_ssize_t n, Py_ssize_t i, attrs_t *want) {
         if (want == NULL)
             continue;
         for (k = 0; k < 2; k++) {
-            if (want->names[k] && !want->seen[k] && same(b + name, name_end - name, want->names[k])) {
+            if (want->names[k] && !want->seen[k]
+                    && same_n(b + name, name_end - name, want->names[k], want->name_len[k])) {
                 want->seen[k] = 1;
                 want->value[k] = value;
                 want->len[k] = vlen;
@@ -119,7 +142,7 @@ static Py_ssize_t read_attrs(ptr b, Py_ssize_t n, Py_ssize_t i, attrs_t *want) {
 
 /* Where the name of a tag starting at i ends (at whitespace, "/", ">" or the end). */
 static Py_ssize_t name_end(ptr b, Py_ssize_t n, Py_ssize_t i) {
-    while (i < n && !is_ws(b[i]) && b[i] != '/' && b[i] != '>')
+    while (i < n && !(CLASS[b[i]] & (C_WS | C_SLASH | C_GT)))
         i++;
     return i;
 }
@@ -261,13 +284,17 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         end = name_end(b, n, p);
         kind = kind_of(b + p, end - p);
         memset(&want, 0, sizeof want);
-        if (kind == T_A || kind == T_AREA || kind == T_BASE)
+        if (kind == T_A || kind == T_AREA || kind == T_BASE) {
             want.names[0] = "href";
-        else if (kind == T_IFRAME || kind == T_IMG)
+            want.name_len[0] = 4;
+        } else if (kind == T_IFRAME || kind == T_IMG) {
             want.names[0] = "src";
-        else if (kind == T_LINK) {
+            want.name_len[0] = 3;
+        } else if (kind == T_LINK) {
             want.names[0] = "rel";
+            want.name_len[0] = 3;
             want.names[1] = "href";
+            want.name_len[1] = 4;
         }
         q = read_attrs(b, n, end, (kind == T_OTHER || template) ? NULL : &want);
         if (q < 0)
@@ -350,5 +377,6 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__tagscan(void) {
+    init_classes();
     return PyModule_Create(&module);
 }

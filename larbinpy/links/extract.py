@@ -19,6 +19,7 @@ import contextlib
 import functools
 import re
 from collections.abc import Callable, Iterable
+from itertools import repeat
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -104,9 +105,15 @@ def _page_hrefs(
     if not tree:
         found = scan(doc)
         if not found.needs_tree:
-            hrefs = _stripped(found.a) + _stripped(found.area) + _stripped(found.iframe)
-            hrefs += _stripped(href for rel, href in found.link if _is_nav(rel))
-            if follow_images:
+            # (most pages have no <area>, <iframe> nor navigation <link>: no call for those)
+            hrefs = _stripped(found.a)
+            if found.area:
+                hrefs += _stripped(found.area)
+            if found.iframe:
+                hrefs += _stripped(found.iframe)
+            if found.link:
+                hrefs += _stripped(href for rel, href in found.link if _is_nav(rel))
+            if follow_images and found.img:
                 hrefs += _stripped(found.img)
             return _resolved_base(found.base, page_url, normalizer), hrefs
     lexbor = _lexbor()
@@ -122,7 +129,8 @@ def _page_hrefs(
 def _stripped(values: Iterable[str | None]) -> list[str]:
     """The non-empty values, without the ASCII whitespace browsers strip around URLs (an
     empty href means "this page")."""
-    return [stripped for value in values if value and (stripped := value.strip(_ASCII_WHITESPACE))]
+    # (C-level loops: filter out None and "", strip, filter out what was only whitespace)
+    return list(filter(None, map(str.strip, filter(None, values), repeat(_ASCII_WHITESPACE))))
 
 
 def _extract_large(

@@ -25,7 +25,7 @@ import enum
 import re
 import unicodedata
 from collections.abc import Iterable
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Final
 
 from ada_url import join_url, normalize_url
@@ -51,6 +51,11 @@ DEFAULT_STRIP_PARAMS: frozenset[str] = frozenset(
 # raises the hit rate (pages of one folder are parsed close together), so larger caches are
 # no faster and cost memory that stays resident for the whole crawl.
 _CACHE_MAX = 16_384
+# URLs in the table of produced URLs (`Normalizer._one`), more than the caches' entries: an
+# href that misses the caches but names a URL it holds costs a lookup instead of an ada-url
+# call, and a URL costs the table about 140 bytes (its string, which the caches share, and a
+# slot), not the caches' 200 an href.
+_URLS_MAX = 65_536
 _CACHE_HREF_MAX = 512  # longer hrefs (data: URIs, tracking blobs) are not worth the memory
 _C0_SPACE = "".join(map(chr, range(0x21)))
 _TAB_NEWLINE = str.maketrans("", "", "\t\n\r")
@@ -281,12 +286,13 @@ class Normalizer:
 
         The table is also what `_produced` knows: it is not emptied with the caches, whose
         entries are per folder and href (a page's links in their many spellings fill them far
-        faster than new URLs come), but on its own, when it holds _CACHE_MAX URLs."""
+        faster than new URLs come), but on its own: when it holds _URLS_MAX URLs, it forgets
+        the older half (`_keep_newest_half`)."""
         same = self._same
         one = same.get(url)
         if one is None:
-            if len(same) >= _CACHE_MAX:
-                same.clear()
+            if len(same) >= _URLS_MAX:
+                _keep_newest_half(same)
             one = same[url] = url
         return one
 
@@ -434,6 +440,18 @@ class _BaseInfo:
         self.origin = url[: url.find("/", 8)]
         path_end = url.find("?")
         self.directory = url[: url.rfind("/", 0, path_end if path_end >= 0 else len(url)) + 1]
+
+
+def _keep_newest_half(table: dict[str, str]) -> None:
+    """Forget the older half of a full table, in place (a dict keeps insertion order).
+
+    Emptied whole, a table smaller than a crawl's working set of URLs (a web of 20,000 pages
+    linking at random among a host's pages) would start from nothing each time it fills, and
+    every link to a URL it forgot would be an ada-url call again; halved, the URLs linked
+    since stay known. The copy costs one entry moved per entry added, amortised."""
+    newest = list(islice(table.items(), len(table) // 2, None))
+    table.clear()
+    table.update(newest)
 
 
 def _climbed(info: _BaseInfo, href: str) -> tuple[str, str]:

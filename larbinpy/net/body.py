@@ -206,6 +206,9 @@ class _Got:
         slowness, so minRate's clock skips it (here for aiohttp's responses; an http1.Response
         measures its rate from `started`, moved on by the wait)."""
         assert self.memory is not None
+        if self.memory.take_now(nbytes):  # the common case: no wait, no coroutine
+            self.reserved += nbytes
+            return
         began = time.monotonic()
         await self.memory.take(nbytes)
         self.reserved += nbytes

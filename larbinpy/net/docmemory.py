@@ -49,6 +49,11 @@ class Reservation:
         if nbytes > 0:
             await self.pool._take(self, nbytes)
 
+    def take_now(self, nbytes: int) -> bool:
+        """Hold `nbytes` more if the pool grants them without a wait (as `take` would);
+        False, holding nothing more, if they must be waited for."""
+        return nbytes <= 0 or self.pool._grant_now(self, nbytes)
+
     def release(self) -> None:
         """Give back everything held (the document was parsed, or dropped); idempotent."""
         self.pool._release(self)
@@ -82,11 +87,17 @@ class DocumentMemory:
             return True
         return next(iter(self._holders), None) is res  # the oldest holder always goes on
 
-    async def _take(self, res: Reservation, nbytes: int) -> None:
-        """Grant at once when allowed, else wait in line."""
+    def _grant_now(self, res: Reservation, nbytes: int) -> bool:
+        """Grant at once if allowed (the oldest holder, or it fits and nobody waits)."""
         oldest = next(iter(self._holders), None) is res
         if oldest or (not self._queue and self._grantable(res, nbytes)):
             self._grant(res, nbytes)
+            return True
+        return False
+
+    async def _take(self, res: Reservation, nbytes: int) -> None:
+        """Grant at once when allowed, else wait in line."""
+        if self._grant_now(res, nbytes):
             return
         future = asyncio.get_running_loop().create_future()
         res._want, res._future = nbytes, future

@@ -205,6 +205,10 @@ class Response:
         """Give the connection back to the pool, or close it."""
         self._conn.release(self)
 
+    def release(self) -> None:
+        """`__aexit__` without a coroutine: the reader's hot path calls it in a `finally`."""
+        self._conn.release(self)
+
     async def iter_any(self) -> AsyncIterator[bytes]:
         """Body chunks as they arrive; FetchError if the body cannot be read to its end."""
         while True:

@@ -174,9 +174,12 @@ class Reader:
         try:
             plain = split_http_url(job.url) if self.http1 is not None else None
             if plain is not None and self.http1 is not None:
-                async with await self.http1.get(*plain, extra=headers) as resp:
+                resp = await self.http1.get(*plain, extra=headers)
+                try:  # (what `async with resp` does, without its two coroutines a page)
                     self._keep_cookies(site, job, resp)
                     return await self._response(site, job, resp, ex)
+                finally:
+                    resp.release()
             from yarl import URL  # aiohttp's, loaded with it (https, proxies)
 
             # our URLs are canonical and already percent-encoded: yarl need not re-encode them
