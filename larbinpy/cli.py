@@ -170,7 +170,8 @@ def _columns() -> int:
         lines = 0
     if columns <= 0 or lines <= 0:
         try:
-            size = os.get_terminal_size(sys.__stdout__.fileno())  # type: ignore[union-attr]
+            # sys.__stdout__ is None without a stdout: the AttributeError below, as in shutil
+            size = os.get_terminal_size(sys.__stdout__.fileno())  # type: ignore[union-attr]  # see above
         except (AttributeError, ValueError, OSError):
             size = os.terminal_size((80, 24))
         if columns <= 0:

@@ -7,7 +7,10 @@ with each slot split in two: the high 40 bits are the key (bits 24..63 of the UR
 fingerprint, never 0), the low 24 bits the value. A key lives in hash bucket `key % buckets`,
 from slot `(key >> 32) % 256` on (linear probing inside the bucket), so a doubling can rehash
 from the slots alone. Values are updated in place; a slot is never emptied (a dropped page
-keeps its slot with the value TOMBSTONE), so probing stays valid.
+keeps its slot with the value TOMBSTONE), so probing stays valid. Because of that, a put can
+use the slots a lookup of its key found (`lookup`'s hint: the schedule looks a page up when it
+is put and writes its entry at the next flush, other puts in between) as long as the slot it
+chooses holds what it held and no doubling came: one probe a put, not two.
 
 Two pages whose keys are equal (about N^2 / 2^41 pairs among N pages: 0.5 at 1M, 45 at 10M)
 share every slot holding that key: `values` returns them all and the caller tells the pages
