@@ -356,33 +356,3 @@ def test_the_schedule_bench_pops_only_the_revisits_asked(tmp_path: Path) -> None
     assert got["schedule"]["scheduled"] == 3000  # every page still scheduled
     assert 500 <= got["schedule"]["revisits"] < 3000
 
-
-def test_index_puts_with_stale_hints_write_what_puts_without_hints_write(tmp_path: Path) -> None:
-    """The schedule looks a page up when it is put and writes its index entry at the flush,
-    puts of other pages in between: a put given its lookup's hint writes the same slots as a
-    put that probes again, however the slots changed since (taken by other keys, by a page
-    whose key is equal, tombstoned, rehashed by a doubling)."""
-    from larbinpy.frontier.fpindex import FingerprintIndex
-
-    rng = random.Random(3)
-    hinted, probed = FingerprintIndex(tmp_path / "a"), FingerprintIndex(tmp_path / "b")
-    keys = [rng.getrandbits(40) or 1 for _ in range(20_000)]
-    keys += [keys[rng.randrange(len(keys))] for _ in range(300)]  # pages with an equal key
-    value: dict[int, int] = {}  # page -> its value (distinct: a page's own bucket number)
-    for start in range(0, len(keys), 2000):  # one flush: every lookup, then every put
-        again = rng.sample(sorted(value), min(len(value), 500))  # pages put again
-        batch = again + list(range(start, min(len(keys), start + 2000)))
-        looked = {p: hinted.lookup(keys[p])[1] for p in batch}
-        rng.shuffle(batch)
-        for p in batch:
-            old, value[p] = value.get(p), (start * 7 + p) % 0xFFFFFE
-            hinted.put(keys[p], value[p], old, looked[p])
-            probed.put(keys[p], value[p], old)
-        for p in rng.sample(sorted(value), 100):  # dropped: their slots become tombstones
-            assert hinted.drop(keys[p], value[p]) and probed.drop(keys[p], value[p])
-            del value[p]
-    assert hinted.buckets == probed.buckets > 64  # it doubled on the way
-    assert hinted.count == probed.count == len(value)
-    hinted.close()
-    probed.close()
-    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from larbinpy.frontier.diskqueue import _write_all
-from larbinpy.frontier.fpindex import TOMBSTONE, FingerprintIndex, Hint, url_key
+from larbinpy.frontier.fpindex import TOMBSTONE, FingerprintIndex, url_key
 from larbinpy.frontier.state import StateError, fsync_dir
 
 GRANULARITY = 60.0  # seconds a fine bucket spans: the most a page can come out late
@@ -202,35 +202,29 @@ def encode_block(visits: list[Visit]) -> bytes:
     in URL order (a site's URLs side by side compress better)."""
     visits = sorted(visits, key=_url_of)
     n = len(visits)
-    # the int64 columns, each built by one comprehension (a store per field and record was
-    # most of a put's cost)
-    dues = [round(v.due * 1000.0) for v in visits]  # _ms, inline
-    fetched = [round(v.fetched_at * 1000.0) for v in visits]
+    dues = [_ms(v.due) for v in visits]
     base = min(dues)
-    ints = array("q", [d - base for d in dues])
-    ints.extend([d - f for d, f in zip(dues, fetched, strict=True)])
-    ints.extend([f - round(v.captured_at * 1000.0)
-                 for f, v in zip(fetched, visits, strict=True)])
-    ints.extend([v.status for v in visits])
-    ints.extend([v.depth for v in visits])
-    ints.extend([v.priority for v in visits])
-    ints.extend([v.tag for v in visits])
     flags, etags, lm_texts, epochs = bytearray(n), [], [], []
+    ints = array("q", bytes(8 * _INTS * n))
     for i, v in enumerate(visits):
-        lm, etag = v.last_modified, v.etag
-        if lm is None and etag is None:
-            continue
+        fetched = _ms(v.fetched_at)
+        ints[i] = dues[i] - base
+        ints[n + i] = dues[i] - fetched
+        ints[2 * n + i] = fetched - _ms(v.captured_at)
+        ints[3 * n + i], ints[4 * n + i] = v.status, v.depth
+        ints[5 * n + i], ints[6 * n + i] = v.priority, v.tag
         f, epoch = 0, None
-        if lm is not None:
-            epoch = lm_epoch(lm)
+        if v.last_modified is not None:
+            epoch = lm_epoch(v.last_modified)
             if epoch is None:
                 f |= _F_LM_TEXT
-                lm_texts.append(lm)
+                lm_texts.append(v.last_modified)
             else:
                 f |= _F_LM_EPOCH
                 epochs.append(epoch)
-        if etag is not None:
+        if v.etag is not None:
             f |= _F_ETAG
+            etag = v.etag
             if epoch is not None and _LM_MARK not in etag:
                 stamp = f"{epoch:x}"
                 if stamp in etag:  # nginx: "mtime-size" in hex; the mtime is the LM
@@ -243,7 +237,7 @@ def encode_block(visits: list[Visit]) -> bytes:
     etag_b, lm_b = _text(etags), _text(lm_texts)
     meta = b"".join((
         _META.pack(base, len(stats), len(etag_b), len(lm_b)), flags,
-        bytes([len(v.stats) for v in visits]), bytes([len(v.digest) for v in visits]),
+        bytes(len(v.stats) for v in visits), bytes(len(v.digest) for v in visits),
         stats, etag_b, lm_b, _shuffle(ints.tobytes())))
     urls = zlib.compress(_text([v.url for v in visits]), 9)
     metaz = zlib.compress(meta, ZLEVEL)
@@ -407,9 +401,8 @@ class Schedule:
         self._order = sorted(self._fine)  # fine bucket numbers, for the reader
         self._pending = 0
         self._pending_new = 0  # pages among the pending puts that the index does not have
-        # url -> (key, new value, old value or None, the index lookup's hint or None): puts
-        # not yet written and indexed
-        self._updates: dict[str, tuple[int, int, int | None, Hint | None]] = {}
+        # url -> (key, new value, old value or None): puts not yet written and indexed
+        self._updates: dict[str, tuple[int, int, int | None]] = {}
         # url -> (value, position) of popped records not yet put again, oldest first
         self._inflight: dict[str, tuple[int, Position]] = {}
         self._unsynced: set[Path] = set()
@@ -492,9 +485,7 @@ class Schedule:
 
     def put(self, visit: Visit) -> None:
         """Store (or replace) a page's history and due time; written at flush()."""
-        key = url_key(visit.url)
-        old, hint = self._current(visit.url, key)
-        self._put(visit, old, key, hint)
+        self._put(visit, self._current_value(visit.url))
 
     def put_many(self, visits: Iterable[Visit]) -> None:
         """`put` each."""
@@ -503,49 +494,36 @@ class Schedule:
 
     def _current_value(self, url: str) -> int | None:
         """The index value of the page's current record, written or pending (None: new)."""
-        return self._current(url, url_key(url))[0]
-
-    def _current(self, url: str, key: int) -> tuple[int | None, Hint | None]:
-        """`_current_value`, and the hint of the index lookup when it took one (its put
-        then writes the index without probing again)."""
         update = self._updates.get(url)
         if update is not None:
-            return update[1], None
+            return update[1]
         flying = self._inflight.get(url)
         if flying is not None:
-            return flying[0], None
-        values, hint = self.index.lookup(key)
+            return flying[0]
+        values = self.index.values(url_key(url))
         if not values:
-            return None, hint
+            return None
         # A page put again without being popped, or another page with an equal key:
         # the URL in the record decides (rare; costs a read of that bucket).
         for value in values:
             if self._find(url, value) is not None:
-                return value, hint
-        return None, hint
+                return value
+        return None
 
-    def _put(self, visit: Visit, old: int | None, key: int | None = None,
-             hint: Hint | None = None) -> None:
-        """Queue the record in its bucket and its index update (`key`: the URL's, when
-        known; `hint`: the lookup that found `old`)."""
-        url = visit.url
-        due = round(visit.due * 1000.0)  # _ms, inline: a put's every step counts at scale
-        b = max(due // self._g, self._r)
-        pending = self._updates.get(url)
-        if pending is not None:  # put twice before a flush: the index still has the first's
-            key, _, index_old, hint = pending
-        else:
-            index_old = old
-            if key is None:
-                key = url_key(url)
-        while b % MOD == old or b % MOD == index_old:  # never two records of a page in
-            b += 1  # one bucket
-        if b * self._g > due:
+    def _put(self, visit: Visit, old: int | None) -> None:
+        """Queue the record in its bucket and its index update."""
+        b = max(_ms(visit.due) // self._g, self._r)
+        pending = self._updates.get(visit.url)
+        index_old = pending[2] if pending is not None else old
+        avoid = {old, index_old}
+        while b % MOD in avoid:  # never two records of a page in one bucket
+            b += 1
+        if b * self._g > _ms(visit.due):
             visit = replace(visit, due=b * self._g / 1000)
         self._bucket(b).pending.append(visit)
         if pending is None and index_old is None:
             self._pending_new += 1
-        self._updates[url] = (key, b % MOD, index_old, hint)
+        self._updates[visit.url] = (url_key(visit.url), b % MOD, index_old)
         self._pending += 1
         if self._pending >= self._buffer_max:
             self.flush()
@@ -589,19 +567,14 @@ class Schedule:
         bucket.blocks += len(blocks)
         bucket.pending = []
         self._unsynced.add(bucket.path)
-        updates, inflight, put, g = self._updates, self._inflight, self.index.put, self._g
-        indexed = new_pages = 0
         for v in recs:
-            update = updates.get(v.url)
-            if update is not None and update[1] == round(v.due * 1000.0) // g % MOD:
-                del updates[v.url]
-                key, new, old, hint = update
-                put(key, new, old, hint)
-                inflight.pop(v.url, None)
-                indexed += 1
-                new_pages += old is None
-        self._pending -= indexed
-        self._pending_new -= new_pages
+            update = self._updates.get(v.url)
+            if update is not None and update[1] == _ms(v.due) // self._g % MOD:
+                key, new, old = self._updates.pop(v.url)
+                self.index.put(key, new, old)
+                self._inflight.pop(v.url, None)
+                self._pending -= 1
+                self._pending_new -= int(old is None)
         if bucket.seq is not None and bucket.count >= COMPACT_RECORDS:
             self._close_file(bucket)
 
