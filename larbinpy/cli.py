@@ -147,12 +147,44 @@ USAGE = ("larbinpy [-h] [--version] [-c CONFIG] [--scratch] [--http-port N] [--i
          "       larbinpy [-c CONFIG] [-v] [-q] {submit,check-config,bench} ...")
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, as wide as argparse makes it (`shutil.get_terminal_size`) without
+    importing shutil (and bz2, lzma with it): argparse makes one per `add_argument`."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position,
+                         _columns() - 2 if width is None else width)
+
+
+def _columns() -> int:
+    """The terminal's width as shutil.get_terminal_size() gives it: $COLUMNS, else stdout's
+    terminal, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    try:
+        lines = int(os.environ["LINES"])
+    except (KeyError, ValueError):
+        lines = 0
+    if columns <= 0 or lines <= 0:
+        try:
+            # sys.__stdout__ is None without a stdout: the AttributeError below, as in shutil
+            size = os.get_terminal_size(sys.__stdout__.fileno())  # type: ignore[union-attr]  # see above
+        except (AttributeError, ValueError, OSError):
+            size = os.terminal_size((80, 24))
+        if columns <= 0:
+            columns = size.columns or 80
+    return columns
+
+
 def crawl_parser() -> argparse.ArgumentParser:
     """`larbinpy -c larbin.conf [--scratch]`, and the options every subcommand takes."""
     from larbinpy import __version__
 
     p = argparse.ArgumentParser(
-        prog="larbinpy", usage=USAGE,
+        prog="larbinpy", usage=USAGE, formatter_class=_HelpFormatter,
         description="larbin's crawler on one asyncio loop. Without a subcommand it crawls (a "
         "daemon unless exitAtEnd). Subcommands: submit (send URLs to a running crawler), "
         "check-config (validate and print a larbin.conf), bench (benchmarks); "
@@ -182,7 +214,7 @@ def _port(text: str) -> int:
 
 def check_config_parser() -> argparse.ArgumentParser:
     """`larbinpy check-config [-c larbin.conf]`."""
-    p = argparse.ArgumentParser(prog="larbinpy check-config",
+    p = argparse.ArgumentParser(prog="larbinpy check-config", formatter_class=_HelpFormatter,
                                 description="Validate a larbin.conf and print the settings in "
                                 "effect; exit 2 when it is wrong.")
     p.add_argument("-c", "--config", default=None,

@@ -19,6 +19,7 @@ import sys
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
@@ -343,7 +344,9 @@ def _read_proxy(cfg: Config, tokens: list[Token], i: int) -> int:
     return i + 3
 
 
-@dataclass
+# init, repr and eq are written below, not generated: the dataclass's own methods for ~80
+# fields were compiled at every start (~10 ms of CPU, docs/benchmarks.md); these behave the same
+@dataclass(init=False, repr=False, eq=False)
 class Config:
     """Every larbin.conf key, declared once: type, default, spelling, parser, unit, range, doc.
 
@@ -679,6 +682,29 @@ class Config:
     # what the file does that is allowed but likely a mistake, as `path:line: message`
     warnings: list[str] = field(default_factory=list, repr=False, compare=False)
 
+    def __init__(self, **values: Any) -> None:
+        """Each field from `values` by name, else its default (a fresh list or dict)."""
+        unknown = values.keys() - _DEFAULTS.keys()
+        if unknown:
+            raise TypeError(f"Config() got unexpected keyword arguments {sorted(unknown)}")
+        own = self.__dict__
+        for name, (default, factory) in _DEFAULTS.items():
+            own[name] = factory() if factory is not None else default
+        own.update(values)
+
+    def __repr__(self) -> str:
+        """`Config(path=..., ...)`, the fields with repr=True, as a dataclass writes it."""
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in _SHOWN)
+        return f"{type(self).__qualname__}({shown})"
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when of the same class with equal fields (the compare=True ones)."""
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return bool(_COMPARED(self) == _COMPARED(other))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable and compared by value: unhashable
+
     def effective_outputs(self) -> list[str]:
         """The outputs in force: `save` when none was configured, nothing for `none`."""
         chosen = self.outputs or ["save"]
@@ -687,6 +713,15 @@ class Config:
     def error(self, key: str, message: str) -> ConfigError:
         """A ConfigError pointing at the line where `key` was set."""
         return ConfigError(self.path, self.lines.get(key.lower()), message)
+
+
+# Config's fields: (default, factory or None) by name; those repr and eq show and compare
+_DEFAULTS: dict[str, tuple[Any, Callable[[], Any] | None]] = {
+    f.name: (f.default, None if f.default_factory is MISSING else f.default_factory)
+    for f in fields(Config)
+}
+_SHOWN = tuple(f.name for f in fields(Config) if f.repr)
+_COMPARED = attrgetter(*(f.name for f in fields(Config) if f.compare))  # -> a tuple of them
 
 
 def _default_of(f: Field[Any]) -> Any:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib.util
 import logging
 import os
 import sys
@@ -95,6 +94,8 @@ def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackTy
 def missing_extra(what: str, module: str, extra: str) -> str | None:
     """None when `module` is installed, else a one-line message: `what` needs it, and
     `pip install 'larbinpy[extra]'` brings it (the crawler's own dependencies do not)."""
+    import importlib.util  # (here: only the commands needing an extra ask)
+
     if importlib.util.find_spec(module) is not None:
         return None
     return f"{what} needs {module}, which is not installed: pip install 'larbinpy[{extra}]'"

@@ -24,10 +24,11 @@ from larbinpy.frontier import sites as sites_module
 from larbinpy.frontier.diskqueue import SiteSpill
 from larbinpy.frontier.sitedb import SiteRecord, SiteRecords
 from larbinpy.frontier.sites import Sites
+from larbinpy.net.cares import LoopResolver
 from larbinpy.net.policy import NetworkPolicy
 from larbinpy.records import Job
 from larbinpy.stages import dns as dns_module
-from larbinpy.stages.dns import Dns, LoopResolver
+from larbinpy.stages.dns import Dns
 from larbinpy.stats import Stats
 
 SITES = 40

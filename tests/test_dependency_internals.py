@@ -24,9 +24,9 @@ from aiohttp.client_proto import ResponseHandler
 from larbinpy.config import parse_config
 from larbinpy.demo import DnsServer
 from larbinpy.net import aio
+from larbinpy.net.cares import DnsError, LoopResolver
 from larbinpy.net.client import keepalive_seconds, request_headers
 from larbinpy.net.policy import NetworkPolicy
-from larbinpy.stages.dns import DnsError, LoopResolver
 
 
 async def test_aiohttp_connector_still_makes_connections_with_its_factory() -> None:

@@ -197,3 +197,21 @@ async def test_a_plain_http_crawl_without_ports_never_imports_aiohttp(make_web, 
         assert code == 0, out
         assert out.split()[-2:] == ["0", str(loaded)], out
     assert set(tw.pages_fetched()) == {tw.url("a.test"), tw.url("a.test", "/x.html")}
+
+
+async def test_a_crawl_loads_dns_and_robots_libraries_at_their_first_use(make_web, tmp_path):
+    """A daemon started without seeds resolves no host and fetches no robots.txt: it does not
+    load pycares nor yarl (~30 ms of start-up CPU). A crawl with a seed loads them when its
+    first host is resolved and its first robots.txt fetched, and crawls."""
+    tw = await make_web([Site("a.test", "127.0.0.2", {"/": html("/x.html"), "/x.html": html()})])
+    conf = tmp_path / "larbin.conf"
+    libraries = ("pycares", "yarl", "protego", "aiohttp")
+    script = ("import sys; from larbinpy.cli import main; code = main(['-q', '-c', sys.argv[1], "
+              f"'--scratch']); print(code, *(m in sys.modules for m in {libraries!r}))")
+    for seed, loaded in (("", ["False"] * 4), (f"startUrl {tw.url('a.test')}\n",
+                                               ["True", "True", "False", "False"])):
+        conf.write_text(tw.config_text(f"exitAtEnd\n{seed}"))
+        code, out = await run(sys.executable, "-c", script, conf, timeout=120)
+        assert code == 0, out
+        assert out.split()[-5:] == ["0", *loaded], out
+    assert set(tw.pages_fetched()) == {tw.url("a.test"), tw.url("a.test", "/x.html")}

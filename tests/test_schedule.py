@@ -355,3 +355,4 @@ def test_the_schedule_bench_pops_only_the_revisits_asked(tmp_path: Path) -> None
     got = bench_json("--schedule", "3000", "--revisits", "500", "--dir", str(tmp_path))
     assert got["schedule"]["scheduled"] == 3000  # every page still scheduled
     assert 500 <= got["schedule"]["revisits"] < 3000
+

@@ -87,12 +87,13 @@ class FingerprintTable:
             Path(f"{self.path}.count").unlink(missing_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         size = os.fstat(self._fd).st_size
-        if size == 0:
+        empty = size == 0
+        if empty:
             os.ftruncate(self._fd, MIN_BUCKETS * BUCKET_BYTES)  # sparse
             size = MIN_BUCKETS * BUCKET_BYTES
         self.buckets = size // BUCKET_BYTES
         self._count_path = Path(f"{self.path}.count")
-        self.count = self._saved_count()
+        self.count = 0 if empty else self._saved_count()  # a new table holds nothing to count
         # A whole window is read into this one array (no bytes object and no array made per
         # lookup); a window cut short by its bucket's end is read into a new one.
         self._window = array("Q", bytes(8 * WINDOW))

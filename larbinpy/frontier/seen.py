@@ -48,7 +48,6 @@ from __future__ import annotations
 import math
 import mmap
 import os
-import shutil
 from collections.abc import Iterable
 from itertools import filterfalse
 from pathlib import Path
@@ -208,6 +207,8 @@ class ExactSeenSet:
         table, legacy = _exact_paths(path)
         existed = path.exists() and path.stat().st_size > 0
         if existed and not table.exists() and count_bits(path):
+            import shutil  # (here: only a stateDir of an older version is copied)
+
             shutil.copyfile(path, legacy)  # a bitmap-only stateDir: its bits stay seen
         self.bitmap = BitmapSeenSet(path, bits, functions)
         if self.bitmap.fresh:  # --scratch removed the bitmap: what was beside it is stale

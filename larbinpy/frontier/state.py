@@ -39,7 +39,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -153,6 +152,8 @@ class StateDir:
         """--scratch: forget everything saved (but the folders in `keep`)."""
         for p in self.root.iterdir():
             if p.name in ("frontier", "spill", "schedule") and p.is_dir() and p.name not in keep:
+                import shutil  # (here: only --scratch removes folders)
+
                 shutil.rmtree(p)
             elif p.name in ("meta.json", "done", "done.tmp") or p.name.startswith(
                     ("journal.", "checkpoint", "robots.", "sites.")) or p.suffix == ".bitmap":

@@ -37,9 +37,7 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-
-from protego import Protego
-from yarl import URL
+from typing import TYPE_CHECKING
 
 from larbinpy.config import Config
 from larbinpy.frontier.robotsdb import Verdict, VerdictStore
@@ -55,6 +53,9 @@ from larbinpy.outputs import page_from_response
 from larbinpy.records import Job, Page, Site
 from larbinpy.stages.dns import NEGATIVE_TTL, ip_literal
 from larbinpy.stats import Outcome, Stats
+
+if TYPE_CHECKING:
+    from protego import Protego
 
 MAX_ROBOTS_BYTES = 500 * 1024
 MAX_ROBOTS_REDIRECTS = 5
@@ -101,6 +102,8 @@ def prepare(data: bytes) -> str:
 def parse_rules(data: bytes) -> Protego | None:
     """Parsed rules of a robots.txt body (None: nothing to obey)."""
     text = prepare(data)
+    from protego import Protego  # loaded with the first rules, not by a crawl without any
+
     return Protego.parse(text) if text.strip() else None
 
 
@@ -302,6 +305,8 @@ class Robots:
     async def _get_one(self, url: str, held: Reservation | None = None,
                        ) -> tuple[int | None, bytes, str | None, float | None]:
         """One request: (status, body, redirect target or None, Retry-After seconds or None)."""
+        from yarl import URL  # with multidict, ~15 ms to import: not before a site needs it
+
         target = URL(url)
         literal = ip_literal(target.raw_host or "")
         if literal is not None and not self.policy.allowed(literal):
