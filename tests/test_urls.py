@@ -622,11 +622,25 @@ def test_a_page_url_it_resolved_earlier_is_a_base_like_any_other() -> None:
         assert warm.resolve_many(page, hrefs[:40]) == Normalizer().resolve_many(page, hrefs[:40])
 
 
+def count_joins(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The hrefs given to ada-url's join_url from now on (each call still answered by it)."""
+    import larbinpy.links.urls as urls
+
+    calls: list[str] = []
+    join = urls.join_url
+
+    def counted(base: str, href: str) -> str:
+        calls.append(href)
+        return join(base, href)
+
+    monkeypatch.setattr(urls, "join_url", counted)
+    return calls
+
+
 def test_dot_segment_hrefs_of_known_urls_resolve_as_ada_does(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """'../p.html', './p.html' and the like are answered from the URLs already produced (the
     folder's parents, the root staying the root) without ada-url, and as ada-url answers."""
-    import larbinpy.links.urls as urls
 
     hrefs = ["../p.html", "./p.html", "../../p.html", "../../../../p.html", "./../d/p.html",
              "../", "./", "..//p.html", "../d/./p.html", "../d/../p.html", ".hidden", "..", ".",
@@ -637,14 +651,7 @@ def test_dot_segment_hrefs_of_known_urls_resolve_as_ada_does(
     warm = Normalizer()
     # the targets, produced first as absolute links (no folder's cache holds these hrefs)
     warm.resolve_many("http://e.com/", [u for u in expected.values() if u])
-    calls = []
-    join = urls.join_url
-
-    def counted(base: str, href: str) -> str:
-        calls.append(href)
-        return join(base, href)
-
-    monkeypatch.setattr(urls, "join_url", counted)
+    calls = count_joins(monkeypatch)
     for base in bases:
         assert warm.resolve_many(base, hrefs) == Normalizer().resolve_many(base, hrefs), base
     calls.clear()
@@ -697,14 +704,7 @@ def test_the_table_of_produced_urls_forgets_its_older_half_when_full(
     assert len(norm._same) == 20
     norm.resolve("http://e.com/", "http://e.com/p20")  # full: p0..p9 go, p10..p20 stay
     assert list(norm._same) == [f"http://e.com/p{i}" for i in range(10, 21)]
-    calls = []
-    join = urls.join_url
-
-    def counted(base: str, href: str) -> str:
-        calls.append(href)
-        return join(base, href)
-
-    monkeypatch.setattr(urls, "join_url", counted)
+    calls = count_joins(monkeypatch)
     for i in (*range(10, 21), 0):  # hrefs no cache holds: the table answers the newer half
         assert norm.resolve("http://e.com/d/", f"../p{i}") == f"http://e.com/p{i}"
     assert calls == ["../p0"]

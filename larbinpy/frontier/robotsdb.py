@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from larbinpy.frontier.turndb import TurnBatch, open_db, sync, transaction
+from larbinpy.frontier.turndb import TurnTable, transaction
 
 CACHE_VERDICTS = 4096  # verdicts kept in memory, the most recently used (None: known absent)
 IMPORT_BATCH = 10_000  # verdicts a transaction when an old robots.jsonl is read in
@@ -92,7 +92,7 @@ class VerdictStore(Protocol):
         ...
 
 
-class FileVerdicts:
+class FileVerdicts(TurnTable[Verdict]):
     """Verdicts in an SQLite database with a bounded cache in front (see the module docstring).
 
     Invariant: a verdict `put` in this loop turn is in the turn's batch until its commit, so
@@ -101,9 +101,8 @@ class FileVerdicts:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._db = open_db(path, SCHEMA)
         self._cache: OrderedDict[str, Verdict | None] = OrderedDict()  # None: known absent
-        self._batch: TurnBatch[Verdict] = TurnBatch(self._write)
+        super().__init__(path, SCHEMA)
         self._import_jsonl(path.with_name("robots.jsonl"))
 
     def __len__(self) -> int:
@@ -166,7 +165,7 @@ class FileVerdicts:
             self._db.execute("DELETE FROM verdicts WHERE expires <= ?", (now,))
         self._cache = OrderedDict((k, v) for k, v in self._cache.items()
                                   if v is None or v.expires > now)
-        sync(self._db)
+        self.sync()
 
     def _import_jsonl(self, old: Path) -> None:
         """The JSON-lines file of earlier versions: its live verdicts (the last line of each
@@ -183,10 +182,3 @@ class FileVerdicts:
                     self._batch.flush()
         self._batch.flush()
         old.unlink()
-
-    def close(self) -> None:
-        """Commit and close the database."""
-        try:
-            self._batch.flush()
-        finally:
-            self._db.close()

@@ -185,6 +185,10 @@ class Sites:
         """Does the site have jobs waiting (in memory or spilled)?"""
         return bool(site.queue) or bool(self.spill.count(site.key))
 
+    def waiting_jobs(self, site: Site) -> int:
+        """The site's jobs waiting, in memory and spilled."""
+        return len(site.queue) + self.spill.count(site.key)
+
     def recrawl_state(self, site: Site) -> object:
         """The recrawl's state of a site (None until `set_recrawl_state`); forgotten with it."""
         return site.recrawl

@@ -1,5 +1,6 @@
-"""SQLite tables in `stateDir` written once a loop turn: what the robots.txt verdict store
-(`robotsdb.py`) and the site records (`sitedb.py`) share.
+"""SQLite tables in `stateDir` written once a loop turn (`TurnTable`): the robots.txt verdict
+store (`robotsdb.py`), the site records (`sitedb.py`) and the sites' recrawl states
+(`stages/revisits.py`).
 
 A broad crawl meets millions of sites, so what it must remember of each lives on disk, in an
 SQLite database in write-ahead-log mode: a commit is an append to the log without an fsync,
@@ -94,7 +95,7 @@ class TurnBatch(Generic[T]):
             try:
                 self.write(pending)
             except BaseException:
-                self.pending = {**pending, **self.pending}
+                self.pending = pending  # (`write` puts nothing: nothing newer to merge)
                 raise
             if self._refused:
                 self._refused = False

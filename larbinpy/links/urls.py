@@ -171,40 +171,21 @@ class Normalizer:
 
     def _resolve_misses(self, info: _BaseInfo, sub: dict[str, str | None], hrefs: list[str],
                         urls: list[str | None | _Miss]) -> None:
-        """Resolve the hrefs the caches missed (`urls[i]` is _MISS), in place.
-
-        Most of them name a URL produced already, as a path from the origin or the folder
-        (`_produced`): found here without a call per href, and remembered for the folder; the
-        rest go to `_resolve_link`."""
-        same, origin, directory = self._same, info.origin, info.directory
+        """Resolve the hrefs the caches missed (`urls[i]` is _MISS), in place: most name a URL
+        produced already (`_produced`), remembered for the folder (an href naming a canonical
+        URL starts with a path: the folder may share it); the rest go to `_resolve_link`."""
+        produced = self._produced
         for i, url in enumerate(urls):
             if url is not _MISS:
                 continue
             href = hrefs[i]
-            first = href[:1]
-            hit = None
-            if ":" in href or first in "?#":  # '' too (the same tests as _produced's)
-                pass
-            elif first == "/":
-                if href[1:2] != "/" and "./" not in href:
-                    hit = same.get(origin + href)
-            elif first == ".":
-                up, tail = _climbed(info, href)
-                if "./" not in tail:
-                    hit = same.get(up + tail)
-            elif "./" not in href:
-                hit = same.get(directory + href)
+            hit = produced(info, href)
             if hit is None:
                 urls[i] = self._resolve_link(info, sub, href)
                 continue
             urls[i] = hit
-            # (an href naming a canonical URL starts with a path: the folder may share it)
             if len(href) <= _CACHE_HREF_MAX:
-                if self._cache_size >= _CACHE_MAX:
-                    self._remember(info, sub, href, hit)
-                else:
-                    sub[href] = hit
-                    self._cache_size += 1
+                self._remember(info, sub, href, hit)
 
     def _resolve_link(
         self, info: _BaseInfo | None, sub: dict[str, str | None] | None, href: str

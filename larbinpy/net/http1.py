@@ -203,7 +203,7 @@ class Response:
 
     async def __aexit__(self, *exc: object) -> None:
         """Give the connection back to the pool, or close it."""
-        self._conn.release(self)
+        self.release()
 
     def release(self) -> None:
         """`__aexit__` without a coroutine: the reader's hot path calls it in a `finally`."""

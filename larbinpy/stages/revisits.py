@@ -518,7 +518,7 @@ class Revisits:
         old = _interval_of(prior)
         if old is None:  # new to the schedule: nothing known of it yet, the site's mean
             # its site's pages still to come (a first pass) count as well
-            coming = len(site.queue) + self.sites.spill.count(site.key)
+            coming = self.sites.waiting_jobs(site)
             interval = state.budget.first(self.lo, self.hi, coming)
             target = interval / (1.0 - PULL)
         else:
