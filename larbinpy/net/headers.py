@@ -70,15 +70,12 @@ class Headers:
 
     def get(self, name: str, default: Any = None) -> Any:
         """The first value of `name`, or `default`."""
-        first = self._first
-        key = _KEYS.get(name) if first is not None else None
+        key = self._key(name)
         if key is None:
-            key = self._key(name)
-            if key is None:
-                return self.multidict().get(name, default)
-        assert first is not None  # (a key is made only then)
-        value = first.get(key)
-        return default if value is None else value.decode("utf-8", "surrogateescape")
+            return self.multidict().get(name, default)
+        assert self._first is not None  # (a key is made only then)
+        value = self._first.get(key)
+        return default if value is None else _text(value)
 
     def getone(self, name: str, default: Any = _ABSENT) -> str:
         """The first value of `name` (KeyError without one, unless a default is given)."""
