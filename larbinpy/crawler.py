@@ -633,7 +633,7 @@ def crawl_log_path(cfg: Config) -> Path | None:
     return Path(cfg.save_dir) / cfg.crawl_log  # an absolute crawlLog stays as it is
 
 
-def _no_history(visits: list[Visit]) -> None:
+def _no_history(visits: list[Visit], sites: dict[str, bytes]) -> None:
     """recrawl off: no node hands pages over with their history (nor is any asked to)."""
 
 

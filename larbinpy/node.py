@@ -38,11 +38,12 @@ class CrawlHooks:
     changed: Callable[[], None]  # something finished: re-check whether the crawl is done
     idle: Callable[[], bool]  # nothing queued, parked or in flight here (`Crawler.idle`)
     parse_pending: Callable[[], None]  # parse the pages read so far (links on to admission)
-    # pages handed over by another node with their history: into the recrawl schedule
-    adopt: Callable[[list[Visit]], None]
+    # pages handed over by another node with their history, and what their sites learned
+    # (site key: the recrawl stage's site state, as bytes): into the recrawl schedule
+    adopt: Callable[[list[Visit], dict[str, bytes]], None]
     # a queued job leaves for its site's new owner: a revisit's page history, which leaves
-    # this node's schedule with it (None: not a revisit)
-    surrender: Callable[[Job], Visit | None]
+    # this node's schedule with it, and its site's state (None: not a revisit)
+    surrender: Callable[[Job], tuple[list[Visit], bytes] | None]
 
 
 class Node(Protocol):
@@ -67,7 +68,7 @@ class Node(Protocol):
         """The site table's `Forward`."""
         ...
 
-    def hand_over(self, key: str, job: Job, visit: Visit, /) -> bool:
+    def hand_over(self, key: str, job: Job, visit: Visit, site: bytes, /) -> bool:
         """The recrawl's `HandOver` (`stages/revisits.py`)."""
         ...
 
@@ -129,7 +130,7 @@ class Embedded:
     forward = staticmethod(never_forward)  # every site is this crawl's
 
     @staticmethod
-    def hand_over(key: str, job: Job, visit: Visit, /) -> bool:
+    def hand_over(key: str, job: Job, visit: Visit, site: bytes, /) -> bool:
         """Every site is this crawl's: no revisit goes elsewhere."""
         return False
 

@@ -382,11 +382,13 @@ def test_a_revisit_handed_over_travels_with_its_page_history():
     visit = Visit("http://a.test/p", 1.8e9, 1.7e9, '"5f-1a"', "Sun, 06 Nov 1994 08:49:37 GMT",
                   bytes(range(20)), 1.69e9, 200, 2, 1, 0, b"\x01\x02")
     job = Job(visit.url, 2, 1, kind=JobKind.REVISIT)
-    line = f"{job.url}\t{encode_extra(job, encode_visits([visit]))}".encode()
+    site = b"what the site learned"
+    line = f"{job.url}\t{encode_extra(job, encode_visits([visit], site))}".encode()
     jobs, histories = decode_entry(line)
-    assert jobs == [] and decode_visits(histories[0]) == [visit]  # to the schedule, whole
+    # to the schedule, whole, and its site's state after it
+    assert jobs == [] and decode_visits(histories[0]) == ([visit], site)
     with pytest.raises(ValueError):
-        decode_visits(histories[0][:-1])
+        decode_visits(encode_visits([visit])[:-1])
 
 
 async def admission_of(url: str, node: str, tmp, bits: int = 1 << 20, k: int = 2):

@@ -147,24 +147,31 @@ class Cluster:
         self.outbox.add(owner, job)
         return True
 
-    def hand_over(self, key: str, job: Job, visit: Visit) -> bool:
+    def hand_over(self, key: str, job: Job, visit: Visit, site: bytes) -> bool:
         """The recrawl's `HandOver`: True when another node owns the revisit's site (the
-        outbox sends the job there with its page's history: validators, digest, estimator)."""
+        outbox sends the job there with its page's history, validators, digest, estimator,
+        and what its site learned, `site`)."""
         owner = self.membership.owner(key)
         if owner == self.node:
             return False
-        self.outbox.add(owner, job, encode_visits([visit]))
+        self.outbox.add(owner, job, encode_visits([visit], site))
         return True
 
     def _adopt(self, histories: list[bytes]) -> None:
-        """Revisits handed over to this node: their pages join its schedule."""
-        visits = []
+        """Revisits handed over to this node: their pages join its schedule, what their sites
+        learned its sites' recrawl states."""
+        visits: list[Visit] = []
+        sites: dict[str, bytes] = {}
         for history in histories:
             try:
-                visits += decode_visits(history)
+                handed, site = decode_visits(history)
             except (ValueError, zlib.error) as exc:  # another version's node, or damage
                 log.warning("cluster: a page history handed over was unreadable (%s)", exc)
-        self.hooks.adopt(visits)
+                continue
+            visits += handed
+            if site and handed:
+                sites[site_key(handed[0].url)] = site
+        self.hooks.adopt(visits, sites)
 
     # --- the hooks ---
 
@@ -205,8 +212,8 @@ class Cluster:
                 continue
             while sites.has_work(site):
                 job = sites.take(site)
-                visit = self.hooks.surrender(job)  # a revisit: its page's history goes too
-                self.outbox.add(owner, job, None if visit is None else encode_visits([visit]))
+                handed = self.hooks.surrender(job)  # a revisit: its page's history goes too
+                self.outbox.add(owner, job, None if handed is None else encode_visits(*handed))
                 moved += 1
             sites.rest(site)
         if moved:

@@ -246,20 +246,22 @@ def encode_block(visits: list[Visit]) -> bytes:
     return _HEAD.pack(_MAGIC, n, len(body), zlib.crc32(body)) + body
 
 
-def encode_visits(visits: list[Visit]) -> bytes:
-    """Visits as bytes that travel (one block: a cluster hands pages over in it)."""
-    return encode_block(visits)
+def encode_visits(visits: list[Visit], site: bytes = b"") -> bytes:
+    """Visits as bytes that travel (one block: a cluster hands pages over in it), followed by
+    what their site learned (`site`, opaque here: the recrawl stage's site state)."""
+    return encode_block(visits) + site
 
 
-def decode_visits(data: bytes) -> list[Visit]:
-    """The visits of `encode_visits`; ValueError when the bytes are not such a block."""
+def decode_visits(data: bytes) -> tuple[list[Visit], bytes]:
+    """The visits of `encode_visits` and the site's bytes after them; ValueError when the
+    bytes do not begin with such a block."""
     if len(data) < _HEAD.size:
         raise ValueError("not a schedule block: too short")
     magic, n, length, crc = _HEAD.unpack_from(data)
-    body = data[_HEAD.size:]
+    body = data[_HEAD.size:_HEAD.size + length]
     if magic != _MAGIC or len(body) != length or zlib.crc32(body) != crc:
         raise ValueError("not a schedule block: bad header or checksum")
-    return decode_block(body, n)
+    return decode_block(body, n), data[_HEAD.size + length:]
 
 
 def block_urls(body: bytes, n: int) -> list[str]:

@@ -194,8 +194,9 @@ def payload_digest(page_payload: bytes) -> bytes:
 
 
 # The node's `hand_over`: True when another node owns the site of a due revisit (`job`), and
-# the page's history (`visit`) went there with it; False: the site is this node's.
-HandOver = Callable[[str, Job, Visit], bool]
+# the page's history (`visit`) and its site's state (`SiteRecrawl.to_bytes`) went there with
+# it; False: the site is this node's.
+HandOver = Callable[[str, Job, Visit, bytes], bool]
 
 
 class Revisits:
@@ -281,7 +282,7 @@ class Revisits:
                 del self.waiting[key]
             job = Job(visit.url, visit.depth, visit.priority, tag=visit.tag,
                       kind=JobKind.REVISIT)
-            if self.hand_over(key, job, visit):
+            if self.hand_over(key, job, visit, self._state_bytes(key)):
                 # a cluster: its site is another node's now; the page went there with its
                 # history (`adopt`), and leaves this node's schedule
                 self.schedule.drop(visit.url)
@@ -337,24 +338,60 @@ class Revisits:
         delay = site.delay if site is not None else self.cfg.wait_duration
         return delay / (self.per_host * self.cfg.recrawl_share) if delay else 0.0
 
-    def adopt(self, visits: list[Visit]) -> None:
+    def adopt(self, visits: list[Visit], sites: dict[str, bytes]) -> None:
         """Pages another node handed over with their history (a cluster's owner change): in
-        the schedule, due as they were, and written before the node acknowledges them."""
+        the schedule, due as they were, and written before the node acknowledges them; and
+        what their sites learned there (`sites`: key -> `SiteRecrawl.to_bytes`)."""
         for visit in visits:
             self.schedule.put(visit)
         self.schedule.flush()
+        for key, data in sites.items():
+            handed = SiteRecrawl.from_bytes(data, 0.0)
+            if handed is not None:
+                self._adopt_state(key, handed)
         self.wake.set()
 
-    def surrender(self, job: Job) -> Visit | None:
+    def _adopt_state(self, key: str, handed: SiteRecrawl) -> None:
+        """A site's state from its former owner: taken whole if this node learned nothing of
+        the site yet; else a validator either node caught lying stays untrusted."""
+        site = self.sites.by_key.get(key)
+        mine = self.site_state(site) if site is not None else (
+            self.states.get(key, 0.0) if self.states is not None else None)
+        if mine is None or (mine.budget.pages == 0 and not mine.not_modified
+                            and not mine.clean_audits and not mine.false_304s):
+            state = handed
+        else:
+            state = mine
+            state.etag_trusted &= handed.etag_trusted
+            state.lm_trusted &= handed.lm_trusted
+            state.validators_trusted &= handed.validators_trusted
+            state.lastmod_trusted &= handed.lastmod_trusted
+            state.lm_strong_seen |= handed.lm_strong_seen
+            state.false_304s = max(state.false_304s, handed.false_304s)
+        if site is not None:
+            self.sites.set_recrawl_state(site, state)
+            state.budget.capacity = self._budget_capacity(site)
+        if self.states is not None:
+            self.states.put(key, state)
+
+    def _state_bytes(self, key: str) -> bytes:
+        """What a site learned, to travel with its revisits (b"": nothing yet)."""
+        site = self.sites.by_key.get(key)
+        state = self.site_state(site) if site is not None else (
+            self.states.get(key, 0.0) if self.states is not None else None)
+        return b"" if state is None else state.to_bytes()
+
+    def surrender(self, job: Job) -> tuple[list[Visit], bytes] | None:
         """A queued job leaves for its site's new owner (a cluster's rebalance): a revisit's
-        history goes with it, out of this node's schedule (None: not a revisit, or stale)."""
+        history goes with it, out of this node's schedule, and its site's state (None: not a
+        revisit, or stale)."""
         if job.kind is not JobKind.REVISIT:
             return None
         visit = self.schedule.get(job.url)
         if visit is not None:
             self.schedule.drop(job.url)
         self.release(job)
-        return visit
+        return None if visit is None else ([visit], self._state_bytes(site_key(job.url)))
 
     def site_state(self, site: Site) -> SiteRecrawl:
         """The site's recrawl state: in memory, or as a restart found it on disk, or new."""
