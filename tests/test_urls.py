@@ -10,7 +10,15 @@ from urllib.parse import urljoin
 
 import pytest
 
-from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer, host_of, path_of, site_key
+from larbinpy.links.urls import (
+    _MISS,
+    DEFAULT_STRIP_PARAMS,
+    Normalizer,
+    _BaseInfo,
+    host_of,
+    path_of,
+    site_key,
+)
 
 # ---- WHATWG conformance ---------------------------------------------------------------------
 
@@ -664,6 +672,33 @@ def test_dot_segment_hrefs_of_known_urls_resolve_as_ada_does(
                 and "/./" not in h and "/../" not in h}
 
 
+_PLAIN_PIECES = ["a", "Z9", "p.html", "/", "-", "_", "~", ".", "..", "!", "$", "&", "'", "(",
+                 ")", "*", "+", ",", "=", "?", "?q=1", "&x=y", ":", "@", "%41", ";", "#f", "//",
+                 " ", "\\", "^", "|", "`", "{", "\"", "<", "\t", "\u00e9", "utm_a=1", "sid=2"]
+_PLAIN_HOSTS = ["http://e.com", "https://a-b.c-d.test", "http://x", "http://1.2.3.4", "http://a.0x1",
+                "http://E.com", "http://xn--nxasmq6b.com", "http://a..b", "http://a.b.", "http://e.com:80",
+                "http://e.com:81", "http://" + "l" * 64 + ".com", "http://a.9", "http://a.b9"]
+
+
+def test_plain_links_resolve_as_ada_does() -> None:
+    """A plain link resolved without ada-url (`Normalizer._plain`) is what ada-url answers,
+    for random hrefs of URL-significant pieces against every base, and absolute ones."""
+    rng = random.Random(30)
+    norm = Normalizer()
+    bases = [_BaseInfo(b) for b in _BASES + ["http://e.com/a/b/", "https://q.test/x?y=1"]]
+    answered = 0
+    for _ in range(20_000):
+        href = "".join(rng.choice(_PLAIN_PIECES) for _ in range(rng.randint(1, 6)))
+        if rng.random() < 0.3:
+            href = rng.choice(_PLAIN_HOSTS) + rng.choice(["", "/"]) + href
+        base = rng.choice(bases + [None])
+        plain = norm._plain(href, base)
+        if plain is not _MISS:
+            answered += 1
+            assert plain == norm._parse_ada(href, base), (href, base and base.url)
+    assert answered > 2_000  # not a test of the fallback alone
+
+
 def test_cache_does_not_share_base_dependent_answers_within_a_directory() -> None:
     norm = Normalizer()
     for href in ("?p=2", "", "http:", "http:?z", "  ?p=3", "\t#x"):
@@ -699,15 +734,16 @@ def test_the_table_of_produced_urls_forgets_its_older_half_when_full(
 
     monkeypatch.setattr(urls, "_URLS_MAX", 20)
     norm = Normalizer()
+    # (';' keeps them from being plain links, which need neither the table nor ada-url)
     for i in range(20):
-        norm.resolve("http://e.com/", f"http://e.com/p{i}")
+        norm.resolve("http://e.com/", f"http://e.com/p;{i}")
     assert len(norm._same) == 20
-    norm.resolve("http://e.com/", "http://e.com/p20")  # full: p0..p9 go, p10..p20 stay
-    assert list(norm._same) == [f"http://e.com/p{i}" for i in range(10, 21)]
+    norm.resolve("http://e.com/", "http://e.com/p;20")  # full: p0..p9 go, p10..p20 stay
+    assert list(norm._same) == [f"http://e.com/p;{i}" for i in range(10, 21)]
     calls = count_joins(monkeypatch)
     for i in (*range(10, 21), 0):  # hrefs no cache holds: the table answers the newer half
-        assert norm.resolve("http://e.com/d/", f"../p{i}") == f"http://e.com/p{i}"
-    assert calls == ["../p0"]
+        assert norm.resolve("http://e.com/d/", f"../p;{i}") == f"http://e.com/p;{i}"
+    assert calls == ["../p;0"]
 
 
 def test_links_resolved_after_the_cache_fills_mid_page_stay_cached(

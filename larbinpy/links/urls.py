@@ -64,6 +64,16 @@ _HTTP_SCHEMES = frozenset({"http", "https"})
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _PCT = re.compile(r"%[0-9A-Fa-f]{2}")
+# Plain links: characters a WHATWG parser copies as they are into a special URL's path (no
+# percent-encoding, no ';' parameters, no '%' escapes, no ':' scheme, no '\\'), and into its
+# query (where "'" is encoded). Such an href (no dot segment: `_plain` checks) resolves to its
+# base's folder or origin followed by it, in canonical form: ada-url is not asked.
+_PLAIN_PATH = r"[A-Za-z0-9\-._~!$&'()*+,=/]*"
+_PLAIN_QUERY = r"(?:\?[A-Za-z0-9\-._~!$&()*+,=/?:@]*)?"
+_PLAIN_RELATIVE = re.compile(r"(?!//)[A-Za-z0-9\-_~!$&'()*+,=/]" + _PLAIN_PATH + _PLAIN_QUERY)
+# A lower-case ASCII host whose last label starts with a letter (not an IPv4 number), no port.
+_PLAIN_ABSOLUTE = re.compile(r"https?://(?:[a-z0-9\-]{1,63}\.)*[a-z][a-z0-9\-]{0,62}"
+                             r"(/" + _PLAIN_PATH + _PLAIN_QUERY + ")?")
 
 
 def _pct_table() -> dict[str, str]:
@@ -171,20 +181,23 @@ class Normalizer:
 
     def _resolve_misses(self, info: _BaseInfo, sub: dict[str, str | None], hrefs: list[str],
                         urls: list[str | None | _Miss]) -> None:
-        """Resolve the hrefs the caches missed (`urls[i]` is _MISS), in place: most name a URL
-        produced already (`_produced`), remembered for the folder (an href naming a canonical
-        URL starts with a path: the folder may share it); the rest go to `_resolve_link`."""
-        produced = self._produced
+        """Resolve the hrefs the caches missed (`urls[i]` is _MISS), in place: most are plain
+        relative links (`_plain`) or name a URL produced already (`_produced`), remembered for
+        the folder (such an href starts with a path: the folder may share it); the rest, and
+        absolute links (their cache is crawl-wide), go to `_resolve_link`."""
+        plain, produced = self._plain, self._produced
         for i, url in enumerate(urls):
             if url is not _MISS:
                 continue
             href = hrefs[i]
-            hit = produced(info, href)
-            if hit is None:
-                urls[i] = self._resolve_link(info, sub, href)
-                continue
+            hit = plain(href, info) if href[:4] != "http" else _MISS
+            if hit is _MISS:
+                hit = produced(info, href)
+                if hit is None:
+                    urls[i] = self._resolve_link(info, sub, href)
+                    continue
             urls[i] = hit
-            if len(href) <= _CACHE_HREF_MAX:
+            if len(href) <= _CACHE_HREF_MAX and hit is not None:
                 self._remember(info, sub, href, hit)
 
     def _resolve_link(
@@ -299,8 +312,43 @@ class Normalizer:
         return None if "./" in href else self._same.get(directory + href)
 
     def _parse(self, href: str, base: _BaseInfo | None) -> str | None:
-        """ada-url's WHATWG answer for href (against base), in canonical form; None for
-        failures and non-http(s) results."""
+        """The WHATWG answer for href (against base), in canonical form; None for failures
+        and non-http(s) results: `_plain`'s when it has one, else ada-url's."""
+        plain = self._plain(href, base)
+        return self._parse_ada(href, base) if plain is _MISS else plain
+
+    def _plain(self, href: str, base: _BaseInfo | None) -> str | None | _Miss:
+        """href resolved without a parser when it is a plain link (`_PLAIN_RELATIVE` against
+        base, after leading './' and '../' segments, or `_PLAIN_ABSOLUTE`; no other dot
+        segment, no parameter to strip); _MISS when it is not (then ada-url decides). In a
+        crawl larger than the caches most links miss them and are plain: this is what a miss
+        costs then."""
+        if href[:4] == "http":
+            match = _PLAIN_ABSOLUTE.fullmatch(href)
+            if match is None or "./" in href or "/." in href:
+                return _MISS
+            url = href if match.group(1) else href + "/"
+            if "xn--" in url[:url.find("/", 8)]:
+                return _MISS  # its labels must be checked (`_punycode_ok`)
+        elif base is None:
+            return _MISS
+        else:
+            directory = base.directory
+            if href[:1] == ".":
+                directory, href = _climbed(base, href)
+                if not href:  # '../': the folder itself
+                    return directory
+                if href[0] == "/":  # '..//x': an empty segment, not the origin's '/x'
+                    return _MISS
+            if "./" in href or "/." in href or not _PLAIN_RELATIVE.fullmatch(href):
+                return _MISS
+            url = (base.origin if href[0] == "/" else directory) + href
+        if "?" in url and self._query_needs_strip is not None and self._query_needs_strip(url):
+            return _MISS
+        return url if len(url) <= self.max_length else None
+
+    def _parse_ada(self, href: str, base: _BaseInfo | None) -> str | None:
+        """ada-url's WHATWG answer for href (against base), in canonical form."""
         if ":" in href:
             scheme = _SCHEME.match(href)
             if scheme is not None and scheme.group(1).lower() not in _HTTP_SCHEMES:
