@@ -181,8 +181,8 @@ class Normalizer:
 
     def _resolve_misses(self, info: _BaseInfo, sub: dict[str, str | None], hrefs: list[str],
                         urls: list[str | None | _Miss]) -> None:
-        """Resolve the hrefs the caches missed (`urls[i]` is _MISS), in place: most are plain
-        relative links (`_plain`) or name a URL produced already (`_produced`), remembered for
+        """Resolve the hrefs the caches missed (`urls[i]` is _MISS), in place: most name a URL
+        produced already (`_produced`) or are plain relative links (`_plain`), remembered for
         the folder (such an href starts with a path: the folder may share it); the rest, and
         absolute links (their cache is crawl-wide), go to `_resolve_link`."""
         plain, produced = self._plain, self._produced
@@ -190,10 +190,12 @@ class Normalizer:
             if url is not _MISS:
                 continue
             href = hrefs[i]
-            hit = plain(href, info) if href[:4] != "http" else _MISS
-            if hit is _MISS:
-                hit = produced(info, href)
-                if hit is None:
+            # (the table first: a lookup is cheaper than `_plain`'s tests, and in a crawl the
+            # caches hold most of its links are known URLs)
+            hit = produced(info, href)
+            if hit is None:
+                hit = plain(href, info) if href[:4] != "http" else _MISS
+                if hit is _MISS:
                     urls[i] = self._resolve_link(info, sub, href)
                     continue
             urls[i] = hit
