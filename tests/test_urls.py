@@ -681,7 +681,7 @@ _PLAIN_HOSTS = ["http://e.com", "https://a-b.c-d.test", "http://x", "http://1.2.
 
 
 def test_plain_links_resolve_as_ada_does() -> None:
-    """A plain link resolved without ada-url (`Normalizer._plain`) is what ada-url answers,
+    """A plain link resolved without ada-url (`Normalizer._tail`, `_plain`) is what ada-url answers,
     for random hrefs of URL-significant pieces against every base, and absolute ones."""
     rng = random.Random(30)
     norm = Normalizer()
@@ -691,11 +691,12 @@ def test_plain_links_resolve_as_ada_does() -> None:
         href = "".join(rng.choice(_PLAIN_PIECES) for _ in range(rng.randint(1, 6)))
         if rng.random() < 0.3:
             href = rng.choice(_PLAIN_HOSTS) + rng.choice(["", "/"]) + href
-        base = rng.choice(bases + [None])
-        plain = norm._plain(href, base)
+        base = rng.choice(bases)
+        # (a normalizer whose table is empty: what `_tail` answers is the plain-link rule's)
+        plain = norm._plain(href) if href[:4] == "http" else norm._tail(base, href)
         if plain is not _MISS:
             answered += 1
-            assert plain == norm._parse_ada(href, base), (href, base and base.url)
+            assert plain == norm._parse_ada(href, base), (href, base.url)
     assert answered > 2_000  # not a test of the fallback alone
 
 

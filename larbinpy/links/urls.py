@@ -66,8 +66,9 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _PCT = re.compile(r"%[0-9A-Fa-f]{2}")
 # Plain links: characters a WHATWG parser copies as they are into a special URL's path (no
 # percent-encoding, no ';' parameters, no '%' escapes, no ':' scheme, no '\\'), and into its
-# query (where "'" is encoded). Such an href (no dot segment: `_plain` checks) resolves to its
-# base's folder or origin followed by it, in canonical form: ada-url is not asked.
+# query (where "'" is encoded). Such an href (no dot segment: `_tail` and `_plain` check)
+# resolves to its base's folder or origin followed by it, in canonical form: ada-url is not
+# asked.
 _PLAIN_PATH = r"[A-Za-z0-9\-._~!$&'()*+,=/]*"
 _PLAIN_QUERY = r"(?:\?[A-Za-z0-9\-._~!$&()*+,=/?:@]*)?"
 _PLAIN_RELATIVE = re.compile(r"(?!//)[A-Za-z0-9\-_~!$&'()*+,=/]" + _PLAIN_PATH + _PLAIN_QUERY)
@@ -181,23 +182,19 @@ class Normalizer:
 
     def _resolve_misses(self, info: _BaseInfo, sub: dict[str, str | None], hrefs: list[str],
                         urls: list[str | None | _Miss]) -> None:
-        """Resolve the hrefs the caches missed (`urls[i]` is _MISS), in place: most name a URL
-        produced already (`_produced`) or are plain relative links (`_plain`), remembered for
-        the folder (such an href starts with a path: the folder may share it); the rest, and
-        absolute links (their cache is crawl-wide), go to `_resolve_link`."""
-        plain, produced = self._plain, self._produced
+        """Resolve the hrefs the caches missed (`urls[i]` is _MISS), in place: most are the
+        tail of a URL produced already or plain links (`_tail`), remembered for the folder
+        (such an href starts with a path: the folder may share it); the rest, and absolute
+        links (their cache is crawl-wide), go to `_resolve_link`."""
+        tail = self._tail
         for i, url in enumerate(urls):
             if url is not _MISS:
                 continue
             href = hrefs[i]
-            # (the table first: a lookup is cheaper than `_plain`'s tests, and in a crawl the
-            # caches hold most of its links are known URLs)
-            hit = produced(info, href)
-            if hit is None:
-                hit = plain(href, info) if href[:4] != "http" else _MISS
-                if hit is _MISS:
-                    urls[i] = self._resolve_link(info, sub, href)
-                    continue
+            hit = tail(info, href)
+            if hit is _MISS:
+                urls[i] = self._resolve_link(info, sub, href)
+                continue
             urls[i] = hit
             if len(href) <= _CACHE_HREF_MAX and hit is not None:
                 self._remember(info, sub, href, hit)
@@ -251,7 +248,9 @@ class Normalizer:
                 return hit
         if info is None:
             return self.normalize(href)
-        result = self._produced(info, href) or self._parse(href, info)
+        result = self._tail(info, href)
+        if result is _MISS:
+            result = self._parse(href, info)
         # Results that depend on the base's file name or query must not be shared per-directory.
         if sub is not None and len(href) <= _CACHE_HREF_MAX and not _uses_whole_base(href):
             self._remember(info, sub, href, result)
@@ -280,7 +279,7 @@ class Normalizer:
     def _one(self, url: str) -> str:
         """The one string object of a canonical URL (see _remember).
 
-        The table is also what `_produced` knows: it is not emptied with the caches, whose
+        The table is also what `_tail` knows: it is not emptied with the caches, whose
         entries are per folder and href (a page's links in their many spellings fill them far
         faster than new URLs come), but on its own: when it holds _URLS_MAX URLs, it forgets
         the older half (`_keep_newest_half`)."""
@@ -292,59 +291,65 @@ class Normalizer:
             one = same[url] = url
         return one
 
-    def _produced(self, info: _BaseInfo, href: str) -> str | None:
-        """The URL href names on info's page when it is one this normalizer produced already,
-        written out as info's origin or folder followed by href; else None (ada-url decides).
+    def _tail(self, info: _BaseInfo, href: str) -> str | None | _Miss:
+        """The URL a relative href names on info's page, written out as info's origin or
+        folder followed by href, when it is one this normalizer produced already or href is
+        a plain link; _MISS when it is neither (ada-url decides).
 
         A canonical URL has no space, control, backslash, '#' nor dot segment, so an href that
         is its tail, has no ':' (no scheme) and starts with neither '?' nor '//', resolves to
         exactly it: the same page linked as 'p.html', '/d/p.html' and 'http://h/d/p.html' is
         parsed once. Leading './' and '../' segments are the folder and its parents ('../' at
-        the root stays there, as the URL standard says), so '../d/p.html' is answered alike."""
+        the root stays there, as the URL standard says), so '../d/p.html' is answered alike.
+        An href the table does not hold resolves the same way when it is plain
+        (`_PLAIN_RELATIVE`: characters a WHATWG parser copies as they are, no dot segment
+        left, no parameter to strip): a crawl larger than the table, whose links mostly miss
+        it, parses few of them."""
         first = href[:1]
         if ":" in href or first in "?#":  # '' too
-            return None
+            return _MISS
         if first == "/":
-            if href[1:2] == "/" or "./" in href:
-                return None
-            return self._same.get(info.origin + href)
-        directory = info.directory
-        if first == ".":
-            directory, href = _climbed(info, href)
-        return None if "./" in href else self._same.get(directory + href)
+            if href[1:2] == "/":
+                return _MISS
+            prefix = info.origin
+        elif first == ".":
+            prefix, href = _climbed(info, href)
+            if not href:  # '../': the folder itself
+                return prefix
+        else:
+            prefix = info.directory
+        if "./" in href:
+            return _MISS
+        url = prefix + href
+        known = self._same.get(url)
+        if known is not None:
+            return known
+        if "/." in href or not _PLAIN_RELATIVE.fullmatch(href) or (
+                first == "." and href[0] == "/"):  # '..//x': an empty segment, not '/x'
+            return _MISS
+        if "?" in url and self._query_needs_strip is not None and self._query_needs_strip(url):
+            return _MISS
+        return url if len(url) <= self.max_length else None
 
     def _parse(self, href: str, base: _BaseInfo | None) -> str | None:
         """The WHATWG answer for href (against base), in canonical form; None for failures
-        and non-http(s) results: `_plain`'s when it has one, else ada-url's."""
-        plain = self._plain(href, base)
-        return self._parse_ada(href, base) if plain is _MISS else plain
-
-    def _plain(self, href: str, base: _BaseInfo | None) -> str | None | _Miss:
-        """href resolved without a parser when it is a plain link (`_PLAIN_RELATIVE` against
-        base, after leading './' and '../' segments, or `_PLAIN_ABSOLUTE`; no other dot
-        segment, no parameter to strip); _MISS when it is not (then ada-url decides). In a
-        crawl larger than the caches most links miss them and are plain: this is what a miss
-        costs then."""
+        and non-http(s) results: `_plain`'s for a plain absolute link, else ada-url's."""
         if href[:4] == "http":
-            match = _PLAIN_ABSOLUTE.fullmatch(href)
-            if match is None or "./" in href or "/." in href:
-                return _MISS
-            url = href if match.group(1) else href + "/"
-            if "xn--" in url[:url.find("/", 8)]:
-                return _MISS  # its labels must be checked (`_punycode_ok`)
-        elif base is None:
+            plain = self._plain(href)
+            if plain is not _MISS:
+                return plain
+        return self._parse_ada(href, base)
+
+    def _plain(self, href: str) -> str | None | _Miss:
+        """An absolute href resolved without a parser when it is a plain link
+        (`_PLAIN_ABSOLUTE`, no dot segment, no parameter to strip); _MISS when it is not
+        (then ada-url decides)."""
+        match = _PLAIN_ABSOLUTE.fullmatch(href)
+        if match is None or "./" in href or "/." in href:
             return _MISS
-        else:
-            directory = base.directory
-            if href[:1] == ".":
-                directory, href = _climbed(base, href)
-                if not href:  # '../': the folder itself
-                    return directory
-                if href[0] == "/":  # '..//x': an empty segment, not the origin's '/x'
-                    return _MISS
-            if "./" in href or "/." in href or not _PLAIN_RELATIVE.fullmatch(href):
-                return _MISS
-            url = (base.origin if href[0] == "/" else directory) + href
+        url = href if match.group(1) else href + "/"
+        if "xn--" in url[:url.find("/", 8)]:
+            return _MISS  # its labels must be checked (`_punycode_ok`)
         if "?" in url and self._query_needs_strip is not None and self._query_needs_strip(url):
             return _MISS
         return url if len(url) <= self.max_length else None
