@@ -248,9 +248,8 @@ class Normalizer:
                 return hit
         if info is None:
             return self.normalize(href)
-        result = self._tail(info, href)
-        if result is _MISS:
-            result = self._parse(href, info)
+        tail = self._tail(info, href)
+        result = self._parse(href, info) if tail is _MISS else tail
         # Results that depend on the base's file name or query must not be shared per-directory.
         if sub is not None and len(href) <= _CACHE_HREF_MAX and not _uses_whole_base(href):
             self._remember(info, sub, href, result)
