@@ -675,9 +675,13 @@ def test_dot_segment_hrefs_of_known_urls_resolve_as_ada_does(
 _PLAIN_PIECES = ["a", "Z9", "p.html", "/", "-", "_", "~", ".", "..", "!", "$", "&", "'", "(",
                  ")", "*", "+", ",", "=", "?", "?q=1", "&x=y", ":", "@", "%41", ";", "#f", "//",
                  " ", "\\", "^", "|", "`", "{", "\"", "<", "\t", "\u00e9", "utm_a=1", "sid=2"]
-_PLAIN_HOSTS = ["http://e.com", "https://a-b.c-d.test", "http://x", "http://1.2.3.4", "http://a.0x1",
-                "http://E.com", "http://xn--nxasmq6b.com", "http://a..b", "http://a.b.", "http://e.com:80",
-                "http://e.com:81", "http://" + "l" * 64 + ".com", "http://a.9", "http://a.b9"]
+_PLAIN_HOSTS = [
+    "http://e.com", "https://a-b.c-d.test", "http://x", "http://1.2.3.4", "http://a.0x1",
+    "http://E.com", "http://xn--nxasmq6b.com", "http://a..b", "http://a.b.", "http://e.com:80",
+    "http://e.com:81", "https://e.com:443", "https://e.com:80", "http://e.com:8080",
+    "http://e.com:65535", "http://e.com:65536", "http://e.com:0", "http://e.com:08",
+    "http://" + "l" * 64 + ".com", "http://a.9", "http://a.b9",
+]
 
 
 def test_plain_links_resolve_as_ada_does() -> None:

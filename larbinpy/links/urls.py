@@ -72,9 +72,11 @@ _PCT = re.compile(r"%[0-9A-Fa-f]{2}")
 _PLAIN_PATH = r"[A-Za-z0-9\-._~!$&'()*+,=/]*"
 _PLAIN_QUERY = r"(?:\?[A-Za-z0-9\-._~!$&()*+,=/?:@]*)?"
 _PLAIN_RELATIVE = re.compile(r"(?!//)[A-Za-z0-9\-_~!$&'()*+,=/]" + _PLAIN_PATH + _PLAIN_QUERY)
-# A lower-case ASCII host whose last label starts with a letter (not an IPv4 number), no port.
-_PLAIN_ABSOLUTE = re.compile(r"https?://(?:[a-z0-9\-]{1,63}\.)*[a-z][a-z0-9\-]{0,62}"
-                             r"(/" + _PLAIN_PATH + _PLAIN_QUERY + ")?")
+# A lower-case ASCII host whose last label starts with a letter (not an IPv4 number), and a
+# port without leading zeros (`_plain` checks it is not the scheme's default).
+_PLAIN_ABSOLUTE = re.compile(r"(https?)://(?:[a-z0-9\-]{1,63}\.)*[a-z][a-z0-9\-]{0,62}"
+                             r"(?::([1-9][0-9]{0,4}))?(/" + _PLAIN_PATH + _PLAIN_QUERY + ")?")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def _pct_table() -> dict[str, str]:
@@ -346,7 +348,10 @@ class Normalizer:
         match = _PLAIN_ABSOLUTE.fullmatch(href)
         if match is None or "./" in href or "/." in href:
             return _MISS
-        url = href if match.group(1) else href + "/"
+        scheme, port, path = match.groups()
+        if port is not None and (int(port) > 65535 or int(port) == _DEFAULT_PORTS[scheme]):
+            return _MISS
+        url = href if path else href + "/"
         if "xn--" in url[:url.find("/", 8)]:
             return _MISS  # its labels must be checked (`_punycode_ok`)
         if "?" in url and self._query_needs_strip is not None and self._query_needs_strip(url):
