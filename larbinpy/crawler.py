@@ -131,7 +131,9 @@ class Crawler:
                                   parse_pending=self.parser.flush,
                                   adopt=self.revisits.adopt if self.revisits else _no_history,
                                   surrender=(self.revisits.surrender if self.revisits
-                                             else _no_revisit)))
+                                             else _no_revisit),
+                                  site_learned=(self.revisits.site_learned if self.revisits
+                                                else _nothing_learned)))
         fetch_page = self.node.page_fetch(self.reader.fetch)
         if on_page_fetch is not None:
             fetch_page = _observed(fetch_page, on_page_fetch)
@@ -639,6 +641,11 @@ def _no_history(visits: list[Visit], sites: dict[str, bytes]) -> None:
 
 def _no_revisit(job: Job) -> None:
     """recrawl off: no job is a revisit with a history."""
+
+
+def _nothing_learned(key: str) -> bytes:
+    """recrawl off: no site learns anything to hand over."""
+    return b""
 
 
 def _observed(fetch: PageFetch, observe: Callable[[Site, Job], None]) -> PageFetch:

@@ -42,8 +42,10 @@ class CrawlHooks:
     # (site key: the recrawl stage's site state, as bytes): into the recrawl schedule
     adopt: Callable[[list[Visit], dict[str, bytes]], None]
     # a queued job leaves for its site's new owner: a revisit's page history, which leaves
-    # this node's schedule with it, and its site's state (None: not a revisit)
-    surrender: Callable[[Job], tuple[list[Visit], bytes] | None]
+    # this node's schedule with it (None: not a revisit)
+    surrender: Callable[[Job], Visit | None]
+    # what a site learned for the recrawl, to go with its pages (b"": nothing, or recrawl off)
+    site_learned: Callable[[str], bytes]
 
 
 class Node(Protocol):
@@ -68,7 +70,7 @@ class Node(Protocol):
         """The site table's `Forward`."""
         ...
 
-    def hand_over(self, key: str, job: Job, visit: Visit, site: bytes, /) -> bool:
+    def hand_over(self, key: str, job: Job, visit: Visit, /) -> bool:
         """The recrawl's `HandOver` (`stages/revisits.py`)."""
         ...
 
@@ -130,7 +132,7 @@ class Embedded:
     forward = staticmethod(never_forward)  # every site is this crawl's
 
     @staticmethod
-    def hand_over(key: str, job: Job, visit: Visit, site: bytes, /) -> bool:
+    def hand_over(key: str, job: Job, visit: Visit, /) -> bool:
         """Every site is this crawl's: no revisit goes elsewhere."""
         return False
 

@@ -147,14 +147,14 @@ class Cluster:
         self.outbox.add(owner, job)
         return True
 
-    def hand_over(self, key: str, job: Job, visit: Visit, site: bytes) -> bool:
+    def hand_over(self, key: str, job: Job, visit: Visit) -> bool:
         """The recrawl's `HandOver`: True when another node owns the revisit's site (the
         outbox sends the job there with its page's history, validators, digest, estimator,
-        and what its site learned, `site`)."""
+        and what its site learned)."""
         owner = self.membership.owner(key)
         if owner == self.node:
             return False
-        self.outbox.add(owner, job, encode_visits([visit], site))
+        self.outbox.add(owner, job, encode_visits([visit], self.hooks.site_learned(key)))
         return True
 
     def _adopt(self, histories: list[bytes]) -> None:
@@ -212,8 +212,9 @@ class Cluster:
                 continue
             while sites.has_work(site):
                 job = sites.take(site)
-                handed = self.hooks.surrender(job)  # a revisit: its page's history goes too
-                self.outbox.add(owner, job, None if handed is None else encode_visits(*handed))
+                visit = self.hooks.surrender(job)  # a revisit: its page's history goes too
+                self.outbox.add(owner, job, None if visit is None else encode_visits(
+                    [visit], self.hooks.site_learned(site.key)))
                 moved += 1
             sites.rest(site)
         if moved:

@@ -194,9 +194,9 @@ def payload_digest(page_payload: bytes) -> bytes:
 
 
 # The node's `hand_over`: True when another node owns the site of a due revisit (`job`), and
-# the page's history (`visit`) and its site's state (`SiteRecrawl.to_bytes`) went there with
-# it; False: the site is this node's.
-HandOver = Callable[[str, Job, Visit, bytes], bool]
+# the page's history (`visit`) went there with it (and its site's state, `site_learned`);
+# False: the site is this node's.
+HandOver = Callable[[str, Job, Visit], bool]
 
 
 class Revisits:
@@ -282,7 +282,7 @@ class Revisits:
                 del self.waiting[key]
             job = Job(visit.url, visit.depth, visit.priority, tag=visit.tag,
                       kind=JobKind.REVISIT)
-            if self.hand_over(key, job, visit, self._state_bytes(key)):
+            if self.hand_over(key, job, visit):
                 # a cluster: its site is another node's now; the page went there with its
                 # history (`adopt`), and leaves this node's schedule
                 self.schedule.drop(visit.url)
@@ -374,24 +374,24 @@ class Revisits:
         if self.states is not None:
             self.states.put(key, state)
 
-    def _state_bytes(self, key: str) -> bytes:
-        """What a site learned, to travel with its revisits (b"": nothing yet)."""
+    def site_learned(self, key: str) -> bytes:
+        """What a site learned (`SiteRecrawl.to_bytes`), to travel with its revisits to a new
+        owner (b"": nothing yet)."""
         site = self.sites.by_key.get(key)
         state = self.site_state(site) if site is not None else (
             self.states.get(key, 0.0) if self.states is not None else None)
         return b"" if state is None else state.to_bytes()
 
-    def surrender(self, job: Job) -> tuple[list[Visit], bytes] | None:
+    def surrender(self, job: Job) -> Visit | None:
         """A queued job leaves for its site's new owner (a cluster's rebalance): a revisit's
-        history goes with it, out of this node's schedule, and its site's state (None: not a
-        revisit, or stale)."""
+        history goes with it, out of this node's schedule (None: not a revisit, or stale)."""
         if job.kind is not JobKind.REVISIT:
             return None
         visit = self.schedule.get(job.url)
         if visit is not None:
             self.schedule.drop(job.url)
         self.release(job)
-        return None if visit is None else ([visit], self._state_bytes(site_key(job.url)))
+        return visit
 
     def site_state(self, site: Site) -> SiteRecrawl:
         """The site's recrawl state: in memory, or as a restart found it on disk, or new."""
