@@ -731,6 +731,16 @@ def test_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(norm._same) <= 150  # each URL's one object, in a table bounded on its own
 
 
+def test_plain_links_under_a_folder_with_a_parameter_are_stripped_as_ada_answers() -> None:
+    """A stripped parameter whose name holds a '/' may begin in the page's folder and end in
+    the href: such links are not plain."""
+    for params, base, href in ((["a/b"], "http://h/x;a/p", "b"),
+                               (["a/b"], "http://h/x;a/p", "b?q=1"),
+                               (["a/*"], "http://h/x;a/b&c", "zz")):
+        norm = Normalizer(frozenset(params))
+        assert norm.resolve(base, href) == norm._parse_ada(href, _BaseInfo(base)), (params, href)
+
+
 def test_the_table_of_produced_urls_forgets_its_older_half_when_full(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A full table of produced URLs keeps the newer half: links to the URLs produced since

@@ -328,6 +328,8 @@ class Normalizer:
         if "/." in href or not _PLAIN_RELATIVE.fullmatch(href) or (
                 first == "." and href[0] == "/"):  # '..//x': an empty segment, not '/x'
             return _MISS
+        if ";" in prefix and self._path_strip is not None:
+            return _MISS  # a stripped parameter named with a '/' may span folder and href
         if "?" in url and self._query_needs_strip is not None and self._query_needs_strip(url):
             return _MISS
         return url if len(url) <= self.max_length else None

@@ -352,22 +352,24 @@ class Revisits:
         self.wake.set()
 
     def _adopt_state(self, key: str, handed: SiteRecrawl) -> None:
-        """A site's state from its former owner: taken whole if this node learned nothing of
-        the site yet; else a validator either node caught lying stays untrusted."""
+        """A site's state from its former owner: taken (its multiplier, its counts) if this
+        node learned nothing of the site yet, else this node's kept; either way a validator
+        either node caught lying stays untrusted."""
         site = self.sites.by_key.get(key)
         mine = self.site_state(site) if site is not None else (
             self.states.get(key, 0.0) if self.states is not None else None)
-        if mine is None or (mine.budget.pages == 0 and not mine.not_modified
-                            and not mine.clean_audits and not mine.false_304s):
+        if mine is None:
             state = handed
         else:
-            state = mine
-            state.etag_trusted &= handed.etag_trusted
-            state.lm_trusted &= handed.lm_trusted
-            state.validators_trusted &= handed.validators_trusted
-            state.lastmod_trusted &= handed.lastmod_trusted
-            state.lm_strong_seen |= handed.lm_strong_seen
-            state.false_304s = max(state.false_304s, handed.false_304s)
+            learned = (mine.budget.pages or mine.not_modified or mine.clean_audits
+                       or mine.false_304s)
+            state, other = (mine, handed) if learned else (handed, mine)
+            state.etag_trusted &= other.etag_trusted
+            state.lm_trusted &= other.lm_trusted
+            state.validators_trusted &= other.validators_trusted
+            state.lastmod_trusted &= other.lastmod_trusted
+            state.lm_strong_seen |= other.lm_strong_seen
+            state.false_304s = max(state.false_304s, other.false_304s)
         if site is not None:
             self.sites.set_recrawl_state(site, state)
             state.budget.capacity = self._budget_capacity(site)
