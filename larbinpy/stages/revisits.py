@@ -355,9 +355,7 @@ class Revisits:
         """A site's state from its former owner: taken (its multiplier, its counts) if this
         node learned nothing of the site yet, else this node's kept; either way a validator
         either node caught lying stays untrusted."""
-        site = self.sites.by_key.get(key)
-        mine = self.site_state(site) if site is not None else (
-            self.states.get(key, 0.0) if self.states is not None else None)
+        mine = self._known_state(key)
         if mine is None:
             state = handed
         else:
@@ -370,6 +368,7 @@ class Revisits:
             state.lastmod_trusted &= other.lastmod_trusted
             state.lm_strong_seen |= other.lm_strong_seen
             state.false_304s = max(state.false_304s, other.false_304s)
+        site = self.sites.by_key.get(key)
         if site is not None:
             self.sites.set_recrawl_state(site, state)
             state.budget.capacity = self._budget_capacity(site)
@@ -379,10 +378,18 @@ class Revisits:
     def site_learned(self, key: str) -> bytes:
         """What a site learned (`SiteRecrawl.to_bytes`), to travel with its revisits to a new
         owner (b"": nothing yet)."""
-        site = self.sites.by_key.get(key)
-        state = self.site_state(site) if site is not None else (
-            self.states.get(key, 0.0) if self.states is not None else None)
+        state = self._known_state(key)
         return b"" if state is None else state.to_bytes()
+
+    def _known_state(self, key: str) -> SiteRecrawl | None:
+        """The site's recrawl state as this node has it, in memory or on disk, without making
+        one (None: it has none)."""
+        site = self.sites.by_key.get(key)
+        if site is not None:
+            state = self.sites.recrawl_state(site)
+            if isinstance(state, SiteRecrawl):
+                return state
+        return self.states.get(key, 0.0) if self.states is not None else None
 
     def surrender(self, job: Job) -> Visit | None:
         """A queued job leaves for its site's new owner (a cluster's rebalance): a revisit's
