@@ -1,4 +1,5 @@
-"""Builds larbinpy's one C extension, the link scanner (`larbinpy/links/_tagscan.c`).
+"""Builds larbinpy's C extensions: the link scanner (`larbinpy/links/_tagscan.c`) and the
+plain-link resolver (`larbinpy/links/_plainlinks.c`), each the twin of pure Python code.
 
 Everything else about the package is in pyproject.toml. A machine without a C compiler (or
 without Python's headers) gets a message saying so at install time, not an error at run time.
@@ -17,14 +18,14 @@ class BuildExt(build_ext):
             super().run()
         except Exception as exc:  # CCompilerError, DistutilsExecError, PlatformError...
             raise SystemExit(
-                "larbinpy: could not build its C link scanner (larbinpy/links/_tagscan.c): "
+                "larbinpy: could not build its C link scanner and resolver (larbinpy/links/*.c): "
                 f"{exc}\nIt needs a C compiler and Python's headers: on Debian, "
                 "`apt-get install gcc python3-dev`, then install larbinpy again."
             ) from exc
 
 
 setup(
-    ext_modules=[Extension("larbinpy.links._tagscan", ["larbinpy/links/_tagscan.c"],
-                           extra_compile_args=["-O2"])],
+    ext_modules=[Extension(f"larbinpy.links.{name}", [f"larbinpy/links/{name}.c"],
+                           extra_compile_args=["-O2"]) for name in ("_tagscan", "_plainlinks")],
     cmdclass={"build_ext": BuildExt},
 )

@@ -142,6 +142,9 @@ async def test_a_plain_pip_install_crawls_with_every_output(make_web, tmp_path: 
     code, out = await run(py, "-c", "from larbinpy.links import tagscan; "
                                     "print(tagscan.scan is tagscan.scan_c)")
     assert (code, out) == (0, "True\n")  # the C link scanner was built and is the one used
+    code, out = await run(py, "-c", "from larbinpy.links import urls; "
+                                    "print(urls._plainlinks is not None)")
+    assert (code, out) == (0, "True\n")  # and the plain-link resolver
 
     tw = await make_web([
         Site("a.test", "127.0.0.2", {"/x.html": html("/")}),

@@ -236,6 +236,6 @@ def test_the_encoding_without_selectolaxs_detection(monkeypatch, body: bytes) ->
 
 
 def test_the_scan_in_use_is_the_c_twin_unless_told() -> None:
-    """`scan` is the C twin where it was built, the Python one with LARBINPY_PURE_SCAN=1."""
-    pure = bool(os.environ.get("LARBINPY_PURE_SCAN"))
+    """`scan` is the C twin where it was built, the Python one with LARBINPY_PURE=1."""
+    pure = bool(os.environ.get("LARBINPY_PURE"))
     assert tagscan.scan is (tagscan.scan_py if pure else tagscan.scan_c)

@@ -803,3 +803,47 @@ def test_random_strings_never_raise() -> None:
 def test_non_string_input_is_refused(norm: Normalizer) -> None:
     assert norm.normalize(None) is None  # type: ignore[arg-type]
     assert norm.normalize(b"http://e.com/") is None  # type: ignore[arg-type]
+
+
+def _page_of_hrefs(rng: random.Random) -> list[str]:
+    """A page's hrefs: plain ones and not, relative, climbing, rooted, absolute, repeated."""
+    hrefs = []
+    for _ in range(rng.randint(1, 30)):
+        href = "".join(rng.choice(_PLAIN_PIECES) for _ in range(rng.randint(1, 5)))
+        lead = rng.random()
+        if lead < 0.2:
+            href = "".join(rng.choice(["./", "../", "."]) for _ in range(rng.randint(1, 3))) + href
+        elif lead < 0.3:
+            href = "/" + href
+        elif lead < 0.4:
+            href = rng.choice(_PLAIN_HOSTS) + "/" + href
+        hrefs.append(href)
+    return hrefs + rng.sample(hrefs, min(3, len(hrefs)))
+
+
+@pytest.mark.parametrize(("cache_max", "urls_max"), [(16_384, 65_536), (40, 65_536), (16_384, 25)])
+def test_the_c_twin_answers_a_pages_misses_as_the_python_loop_does(
+        monkeypatch: pytest.MonkeyPatch, cache_max: int, urls_max: int) -> None:
+    """`_plainlinks.tails` (C) and `_tail` + `_remember` (Python) give every page the same
+    links, and, while no cache or table fills, leave the same caches behind; with small
+    bounds they stop for Python to empty them, and the links stay the same."""
+    pytest.importorskip("larbinpy.links._plainlinks")  # (built by `pip install .`)
+    import larbinpy.links.urls as urls
+
+    monkeypatch.setattr(urls, "_CACHE_MAX", cache_max)
+    monkeypatch.setattr(urls, "_URLS_MAX", urls_max)
+    twin = urls._plainlinks
+    rng = random.Random(cache_max + urls_max)
+    bases = [*_BASES, "http://e.com/a/b/c/d.html", "http://e.com/s;sid=1/p", "https://q.test/x?y=1"]
+    for params in (DEFAULT_STRIP_PARAMS, frozenset({"a/b", "x*"})):
+        c_norm, py_norm = Normalizer(params, max_length=60), Normalizer(params, max_length=60)
+        for _ in range(400):
+            base, hrefs = rng.choice(bases), _page_of_hrefs(rng)
+            monkeypatch.setattr(urls, "_plainlinks", twin)
+            got = c_norm.resolve_upto(base, hrefs, None)
+            monkeypatch.setattr(urls, "_plainlinks", None)
+            assert got == py_norm.resolve_upto(base, hrefs, None), (base, hrefs)
+            assert c_norm._cache_size <= cache_max and len(c_norm._same) <= urls_max
+        if cache_max > 1000 and urls_max > 1000:  # nothing filled: the same caches too
+            assert c_norm._cache == py_norm._cache
+            assert c_norm._same == py_norm._same

@@ -24,7 +24,7 @@ extension built by `pip install .` (`setup.py`), and `scan_py`, pure Python, one
 regex whose match skips everything up to the next tag that matters. Python's regex engine
 reads tags at a few ns a byte, slower than lexbor builds its tree, which is why the C twin
 exists (docs/benchmarks.md); `scan_py` is what runs where it was not built, or with
-LARBINPY_PURE_SCAN=1 in the environment, and is the readable statement of what both do.
+LARBINPY_PURE=1 in the environment, and is the readable statement of what both do.
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def _scan_py(doc: bytes) -> _Raw:
             False)
 
 
-scan = scan_c if _tagscan is not None and not os.environ.get("LARBINPY_PURE_SCAN") else scan_py
+scan = scan_c if _tagscan is not None and not os.environ.get("LARBINPY_PURE") else scan_py
 
 
 def _attr(attrs: list[tuple[bytes, ...]], name: bytes) -> str | None:

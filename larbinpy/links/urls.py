@@ -16,12 +16,16 @@ Canonical form (beyond what a browser already does):
 * a host label in punycode (``xn--``) must decode to a valid label (ada-url does not check it).
 
 A page's links are mostly the ones its folder's other pages had (navigation), so answers are
-cached per base folder (and absolute links crawl-wide): ada-url runs once per new href.
+cached per base folder (and absolute links crawl-wide): ada-url runs once per new href, and
+not at all for a plain link (`Normalizer._tail`). The loop over a page's cache misses that
+`_tail` answers has a C twin (`_plainlinks.c`, built by `pip install .`), the pure-Python
+loop running where it was not built or with LARBINPY_PURE=1 in the environment.
 """
 
 from __future__ import annotations
 
 import enum
+import os
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -29,6 +33,13 @@ from itertools import islice, repeat
 from typing import Final
 
 from ada_url import join_url, normalize_url
+
+try:
+    from larbinpy.links import _plainlinks
+except ImportError:  # not built (a source tree without `pip install .`)
+    _plainlinks = None  # type: ignore[assignment]  # the module's stand-in: "not built"
+if os.environ.get("LARBINPY_PURE"):
+    _plainlinks = None  # type: ignore[assignment]  # the pure twin, as asked
 
 __all__ = ["DEFAULT_STRIP_PARAMS", "Normalizer", "host_of", "path_of", "site_key"]
 
@@ -189,17 +200,31 @@ class Normalizer:
         (such an href starts with a path: the folder may share it); the rest, and absolute
         links (their cache is crawl-wide), go to `_resolve_link`."""
         tail = self._tail
+        checked = self._c_tails(info, sub, hrefs, urls) if _plainlinks is not None else 0
         for i, url in enumerate(urls):
             if url is not _MISS:
                 continue
             href = hrefs[i]
-            hit = tail(info, href)
+            hit = tail(info, href) if i >= checked else _MISS  # (before `checked`: no tail)
             if hit is _MISS:
                 urls[i] = self._resolve_link(info, sub, href)
                 continue
             urls[i] = hit
             if len(href) <= _CACHE_HREF_MAX and hit is not None:
                 self._remember(info, sub, href, hit)
+
+    def _c_tails(self, info: _BaseInfo, sub: dict[str, str | None], hrefs: list[str],
+                 urls: list[str | None | _Miss]) -> int:
+        """The loop of `_resolve_misses` over the hrefs `_tail` answers, by the C twin
+        (`_plainlinks.c`), up to where a full cache or table must be emptied (Python's to do,
+        then): how far it went."""
+        assert _plainlinks is not None  # (the caller checks)
+        checked, added = _plainlinks.tails(
+            hrefs, urls, _MISS, info.origin, info.directory, self._same, self.max_length, sub,
+            self._path_strip is not None, self._query_needs_strip, _CACHE_HREF_MAX,
+            _CACHE_MAX - self._cache_size, _URLS_MAX - len(self._same))
+        self._cache_size += added
+        return checked
 
     def _resolve_link(
         self, info: _BaseInfo | None, sub: dict[str, str | None] | None, href: str

@@ -1,0 +1,9 @@
+"""Types of the C twin of `Normalizer._resolve_misses`' loop (`_plainlinks.c`); see urls.py."""
+
+from typing import Any
+
+def tails(
+    hrefs: list[str], urls: list[Any], miss: object, origin: str, directory: str,
+    same: dict[str, str], max_length: int, sub: dict[str, str | None], strip_path: bool,
+    query_check: object, href_max: int, room: int, same_room: int, /,
+) -> tuple[int, int]: ...
