@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import sys
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from larbinpy.frontier.state import fsync_dir
@@ -54,6 +55,7 @@ MAX_LOAD = 0.7
 # the same as for 8). Just below MAX_LOAD, 8% of the lookups of absent fingerprints find all
 # 16 taken (or the window cut short at the bucket's end) and read the whole bucket.
 WINDOW = 16
+_unpack_window = struct.Struct(f"={WINDOW}Q").unpack_from  # WINDOW slots, as array("Q") reads them
 RESIZE_CHUNK = 512  # buckets read at once while doubling and counting
 _ORDER = sys.byteorder  # the file is in native byte order, as memoryview.cast reads it
 
@@ -140,11 +142,15 @@ class FingerprintTable:
     def contains(self, fps: list[int]) -> list[bool]:
         """Whether each fingerprint is stored (a read of WINDOW slots, rarely of a bucket)."""
         out, nb = [], self.buckets
+        mapped, last = self._map if self._reads_mapped else None, SLOTS - WINDOW
         for fp in fps:
             # Slots are never emptied, so a stored fingerprint sits between its home slot and
             # the first empty slot after it: found in the window, or absent if it has a 0.
             home = (fp >> 40) % SLOTS
-            window = self._read_window((fp % nb) * BUCKET_BYTES + 8 * home, home)
+            at = (fp % nb) * BUCKET_BYTES + 8 * home
+            # (read from the mapping as a tuple where it can: no bytes nor array made)
+            window: Sequence[int] = (_unpack_window(mapped, at) if mapped and home <= last
+                                     else self._read_window(at, home))
             if fp in window:
                 out.append(True)
             elif 0 in window:
