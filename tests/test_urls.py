@@ -680,7 +680,7 @@ _PLAIN_HOSTS = [
     "http://E.com", "http://xn--nxasmq6b.com", "http://a..b", "http://a.b.", "http://e.com:80",
     "http://e.com:81", "https://e.com:443", "https://e.com:80", "http://e.com:8080",
     "http://e.com:65535", "http://e.com:65536", "http://e.com:0", "http://e.com:08",
-    "http://" + "l" * 64 + ".com", "http://a.9", "http://a.b9",
+    "http://" + "l" * 64 + ".com", "http://a.9", "http://a.b9", "http://xn--a.com",
 ]
 
 
@@ -815,8 +815,8 @@ def _page_of_hrefs(rng: random.Random) -> list[str]:
             href = "".join(rng.choice(["./", "../", "."]) for _ in range(rng.randint(1, 3))) + href
         elif lead < 0.3:
             href = "/" + href
-        elif lead < 0.4:
-            href = rng.choice(_PLAIN_HOSTS) + "/" + href
+        elif lead < 0.45:
+            href = rng.choice(_PLAIN_HOSTS) + rng.choice(["/", "", "?", ":8080/"]) + href
         hrefs.append(href)
     return hrefs + rng.sample(hrefs, min(3, len(hrefs)))
 
@@ -824,9 +824,9 @@ def _page_of_hrefs(rng: random.Random) -> list[str]:
 @pytest.mark.parametrize(("cache_max", "urls_max"), [(16_384, 65_536), (40, 65_536), (16_384, 25)])
 def test_the_c_twin_answers_a_pages_misses_as_the_python_loop_does(
         monkeypatch: pytest.MonkeyPatch, cache_max: int, urls_max: int) -> None:
-    """`_plainlinks.tails` (C) and `_tail` + `_remember` (Python) give every page the same
-    links, and, while no cache or table fills, leave the same caches behind; with small
-    bounds they stop for Python to empty them, and the links stay the same."""
+    """`_plainlinks.tails` (C) and `_tail`, `_plain` and their caching (Python) give every page
+    the same links, and, while no cache or table fills, leave the same caches behind; with
+    small bounds they stop for Python to empty them, and the links stay the same."""
     pytest.importorskip("larbinpy.links._plainlinks")  # (built by `pip install .`)
     import larbinpy.links.urls as urls
 
@@ -844,6 +844,30 @@ def test_the_c_twin_answers_a_pages_misses_as_the_python_loop_does(
             monkeypatch.setattr(urls, "_plainlinks", None)
             assert got == py_norm.resolve_upto(base, hrefs, None), (base, hrefs)
             assert c_norm._cache_size <= cache_max and len(c_norm._same) <= urls_max
+            assert len(c_norm._absolute) <= cache_max
         if cache_max > 1000 and urls_max > 1000:  # nothing filled: the same caches too
             assert c_norm._cache == py_norm._cache
+            assert c_norm._absolute == py_norm._absolute
             assert c_norm._same == py_norm._same
+
+
+def test_the_c_twin_stops_where_a_cache_or_the_table_is_full() -> None:
+    """`_plainlinks.tails` answers nothing it would have to cache past the room it is given
+    (the folders' caches, the absolute links', the table of URLs): emptying them is Python's."""
+    twin = pytest.importorskip("larbinpy.links._plainlinks")
+    base = ("http://e.com", "http://e.com/d/")
+    for href, rooms in (("p.html", (0, 9, 9)), ("p.html", (9, 0, 9)),
+                        ("http://f.com/q", (9, 0, 9)), ("http://f.com/q", (9, 9, 0))):
+        urls: list[object] = [_MISS]
+        sub: dict[str, str | None] = {}
+        absolute: dict[str, str | None] = {}
+        same: dict[str, str] = {}
+        checked, added = twin.tails([href], urls, _MISS, *base, same, 2048, sub, absolute, False,
+                                    None, 512, *rooms)
+        assert (checked, added, urls, sub, absolute, same) == (0, 0, [_MISS], {}, {}, {}), href
+        checked, added = twin.tails([href], urls, _MISS, *base, same, 2048, sub, absolute, False,
+                                    None, 512, 9, 9, 9)  # with room: answered and cached
+        url = "http://f.com/q" if href[0] == "h" else "http://e.com/d/p.html"
+        assert (checked, urls, same) == (1, [url], {url: url})
+        assert (sub, added) == (({}, 0) if href[0] == "h" else ({href: url}, 1))
+        assert absolute == ({href: url} if href[0] == "h" else {})

@@ -1,17 +1,20 @@
 /* larbinpy.links._plainlinks: the C twin of urls.py's loop over a page's cache misses
- * (`Normalizer._resolve_misses`), for the hrefs `Normalizer._tail` answers.
+ * (`Normalizer._resolve_misses`), for the hrefs `Normalizer._tail` and `_plain` answer.
  *
- * tails(hrefs, urls, miss, origin, directory, same, max_length, strip_path, query_check,
- *       href_max, room, same_room) -> (checked, added)
+ * tails(hrefs, urls, miss, origin, directory, same, max_length, sub, absolute, strip_path,
+ *       query_check, href_max, room, same_room, absolute_room) -> (checked, added)
  *
- * For each i whose urls[i] is `miss`, in order: the URL `_tail` names (a URL of the table
- * `same`, or a plain link, or None when too long) goes into urls[i] and, when it is a URL and
- * hrefs[i] is at most href_max characters, into the folder's cache `sub` the way `_remember`
- * puts it (its one object from `same`, added there if new). An href `_tail` cannot answer stays
- * `miss` (ada-url's to answer). The loop stops before an href whose caching would need more
- * than `room` cache entries or `same_room` new URLs of the table: emptying a full cache and
- * halving the table are Python's (urls.py). `checked` is where it stopped (len(urls) when it
- * did not); `added`, the cache entries it made. tests/test_urls.py holds it to the Python loop.
+ * For each i whose urls[i] is `miss`, in order: a relative href's URL as `_tail` names it (a
+ * URL of the table `same`, or a plain link, or None when too long) goes into urls[i] and, when
+ * it is a URL and hrefs[i] is at most href_max characters, into the folder's cache `sub` the
+ * way `_remember` puts it (its one object from `same`, added there if new); an absolute href's
+ * ("http://", "https://") as `_resolve_one` answers it from the table or `_plain` does, cached
+ * in `absolute`. An href neither can answer stays `miss` (ada-url's to answer). The loop stops
+ * before an href whose caching would need more than `room` entries of the folders' caches,
+ * `absolute_room` of the absolute links' or `same_room` new URLs of the table: emptying a full
+ * cache and halving the table are Python's (urls.py). `checked` is where it stopped
+ * (len(urls) when it did not); `added`, the folders' cache entries it made.
+ * tests/test_urls.py holds it to the Python loop.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -62,6 +65,33 @@ static int plain_relative(ptr s, Py_ssize_t n) {
         if (!QUERY[s[i]])
             return 0;
     return 1;
+}
+
+/* _PLAIN_ABSOLUTE's host: lower-case labels of 1-63 letters, digits and '-', the last one
+ * starting with a letter; s[0..n) is the host. */
+static int plain_host(ptr s, Py_ssize_t n) {
+    Py_ssize_t i, label = 0;
+    for (i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (c == '.') {
+            if (i == label)
+                return 0;  /* an empty label */
+            label = i + 1;
+        } else if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-') ||
+                   i - label >= 63) {
+            return 0;
+        }
+    }
+    return n > label && s[label] >= 'a' && s[label] <= 'z';
+}
+
+/* Whether s[0..n) holds "xn--". */
+static int has_punycode(ptr s, Py_ssize_t n) {
+    Py_ssize_t i;
+    for (i = 0; i + 3 < n; i++)
+        if (s[i] == 'x' && s[i + 1] == 'n' && s[i + 2] == '-' && s[i + 3] == '-')
+            return 1;
+    return 0;
 }
 
 /* What is the same for every href of the page. */
@@ -158,15 +188,168 @@ error:
     return NULL;
 }
 
+/* `_plain`: a new reference to the URL an absolute href ("http://" or "https://", ASCII) is
+ * when it is a plain link, to None when too long, to `miss` when it is not plain. */
+static PyObject *plain(const Page *pg, PyObject *href) {
+    ptr h = PyUnicode_1BYTE_DATA(href), host, end;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(href), i, len;
+    int https = h[4] == 's';
+    PyObject *url;
+    if (has_pair(h, n, '.', '/') || has_pair(h, n, '/', '.'))
+        goto miss;
+    host = h + (https ? 8 : 7);
+    end = h + n;
+    for (i = 0; host + i < end && host[i] != ':' && host[i] != '/'; i++)
+        ;
+    if (!plain_host(host, i) || has_punycode(host, i))
+        goto miss;  /* xn-- labels must be checked (`_punycode_ok`) */
+    if (host + i < end && host[i] == ':') {
+        long port = 0;
+        Py_ssize_t digits;
+        ptr p = host + i + 1;
+        for (digits = 0; p + digits < end && p[digits] >= '0' && p[digits] <= '9'; digits++)
+            if (digits < 5)
+                port = port * 10 + (p[digits] - '0');
+        if (digits == 0 || digits > 5 || p[0] == '0' || port > 65535 ||
+                port == (https ? 443 : 80))
+            goto miss;
+        i += 1 + digits;
+    }
+    if (host + i < end) {  /* a path: "/", path characters, a query */
+        ptr q = host + i;
+        Py_ssize_t k, m = end - q;
+        if (q[0] != '/')
+            goto miss;
+        for (k = 1; k < m && PATH[q[k]]; k++)
+            ;
+        if (k < m && q[k] != '?')
+            goto miss;
+        for (k++; k < m; k++)
+            if (!QUERY[q[k]])
+                goto miss;
+        Py_INCREF(href);
+        url = href;
+    } else {
+        url = PyUnicode_New(n + 1, 127);  /* the origin: its path is '/' */
+        if (url == NULL)
+            return NULL;
+        memcpy(PyUnicode_1BYTE_DATA(url), h, n);
+        PyUnicode_1BYTE_DATA(url)[n] = '/';
+    }
+    len = PyUnicode_GET_LENGTH(url);
+    if (pg->query_check != Py_None && memchr(PyUnicode_1BYTE_DATA(url), '?', len)) {
+        PyObject *found = PyObject_CallOneArg(pg->query_check, url);
+        int strip = found == NULL ? -1 : PyObject_IsTrue(found);
+        Py_XDECREF(found);
+        if (strip != 0) {
+            Py_DECREF(url);
+            if (strip < 0)
+                return NULL;
+            goto miss;
+        }
+    }
+    if (len > pg->max_length) {
+        Py_DECREF(url);
+        Py_RETURN_NONE;
+    }
+    return url;
+miss:
+    Py_INCREF(pg->miss);
+    return pg->miss;
+}
+
+/* Whether an href is absolute the way `_resolve_one` tells: "http://" or "https://". */
+static int is_absolute(PyObject *href) {
+    ptr h;
+    Py_ssize_t n;
+    if (!PyUnicode_Check(href) || !PyUnicode_IS_ASCII(href))
+        return 0;
+    h = PyUnicode_1BYTE_DATA(href);
+    n = PyUnicode_GET_LENGTH(href);
+    return (n >= 7 && memcmp(h, "http://", 7) == 0) || (n >= 8 && memcmp(h, "https://", 8) == 0);
+}
+
+/* The table's one object of a URL (a new reference), added if new; NULL without an error
+ * set when the table is full (Python's to halve: urls.py). */
+static PyObject *the_one(const Page *pg, PyObject *url, Py_ssize_t *same_room) {
+    PyObject *one = PyDict_GetItemWithError(pg->same, url);
+    if (one != NULL) {
+        Py_INCREF(one);
+        return one;
+    }
+    if (PyErr_Occurred() || *same_room <= 0 || PyDict_SetItem(pg->same, url, url) < 0)
+        return NULL;
+    (*same_room)--;
+    Py_INCREF(url);
+    return url;
+}
+
+/* What the limits leave the loop (its arguments). */
+typedef struct {
+    Py_ssize_t href_max, room, same_room, absolute_room, added;
+    PyObject *sub, *absolute;
+} Caches;
+
+/* One relative href as `_tail` and `_remember` answer it: a new reference to the URL, None or
+ * `miss`; NULL with no error set when a cache or the table is full. */
+static PyObject *relative(const Page *pg, Caches *c, PyObject *href) {
+    PyObject *hit = tail(pg, href), *one;
+    if (hit == NULL || hit == pg->miss || hit == Py_None ||
+            PyUnicode_GET_LENGTH(href) > c->href_max)
+        return hit;
+    one = c->room > 0 ? the_one(pg, hit, &c->same_room) : NULL;
+    Py_DECREF(hit);
+    if (one != NULL && PyDict_SetItem(c->sub, href, one) < 0)
+        Py_CLEAR(one);
+    if (one != NULL)
+        c->room--, c->added++;
+    return one;
+}
+
+/* One absolute href as `_resolve_one` answers it (a URL of the table, or a plain link) and
+ * caches it crawl-wide: a new reference to the URL, None or `miss`; NULL with no error set
+ * when the cache or the table is full. */
+static PyObject *absolute(const Page *pg, Caches *c, PyObject *href) {
+    PyObject *url, *key;
+    int failed;
+    if (c->absolute_room <= 0)
+        return NULL;
+    url = PyDict_GetItemWithError(pg->same, href);  /* canonical already */
+    if (url != NULL)
+        Py_INCREF(url);
+    else if (PyErr_Occurred() || (url = plain(pg, href)) == NULL || url == pg->miss)
+        return url;
+    if (PyUnicode_GET_LENGTH(href) > c->href_max)
+        return url;
+    if (url != Py_None) {
+        PyObject *one = the_one(pg, url, &c->same_room);
+        Py_DECREF(url);
+        if (one == NULL)
+            return NULL;
+        url = one;
+    }
+    /* one object, not two equal ones (urls.py) */
+    key = url != Py_None && PyUnicode_Compare(url, href) == 0 ? url : href;
+    failed = PyErr_Occurred() || PyDict_SetItem(c->absolute, key, url) < 0;
+    if (failed) {
+        Py_DECREF(url);
+        return NULL;
+    }
+    c->absolute_room--;
+    return url;
+}
+
 static PyObject *tails(PyObject *self, PyObject *args) {
-    PyObject *hrefs, *urls, *sub, *origin;
-    Py_ssize_t i, count, href_max, room, same_room, added = 0;
+    PyObject *hrefs, *urls, *origin;
+    Py_ssize_t i, count;
     Page pg;
+    Caches c = {0};
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!OUUO!nO!pOnnn", &PyList_Type, &hrefs, &PyList_Type, &urls,
-                          &pg.miss, &origin, &pg.directory, &PyDict_Type, &pg.same,
-                          &pg.max_length, &PyDict_Type, &sub, &pg.strip_path, &pg.query_check,
-                          &href_max, &room, &same_room))
+    if (!PyArg_ParseTuple(args, "O!O!OUUO!nO!O!pOnnnn", &PyList_Type, &hrefs, &PyList_Type,
+                          &urls, &pg.miss, &origin, &pg.directory, &PyDict_Type, &pg.same,
+                          &pg.max_length, &PyDict_Type, &c.sub, &PyDict_Type, &c.absolute,
+                          &pg.strip_path, &pg.query_check, &c.href_max, &c.room, &c.same_room,
+                          &c.absolute_room))
         return NULL;
     count = PyList_GET_SIZE(urls);
     if (PyList_GET_SIZE(hrefs) != count || !PyUnicode_IS_ASCII(origin)
@@ -184,51 +367,20 @@ static PyObject *tails(PyObject *self, PyObject *args) {
         if (PyList_GET_ITEM(urls, i) != pg.miss)
             continue;
         Py_INCREF(href);  /* a call of query_check may run any code */
-        hit = tail(&pg, href);
-        if (hit == NULL) {
-            Py_DECREF(href);
-            return NULL;
-        }
-        if (hit != pg.miss && hit != Py_None && PyUnicode_GET_LENGTH(href) <= href_max) {
-            PyObject *one = PyDict_GetItemWithError(pg.same, hit);
-            if ((one == NULL && PyErr_Occurred()) || room <= 0 || (one == NULL && same_room <= 0)) {
-                Py_DECREF(href);
-                Py_DECREF(hit);
-                if (PyErr_Occurred())
-                    return NULL;
-                break;  /* a full cache or table: Python's to empty (urls.py) */
-            }
-            if (one == NULL) {
-                if (PyDict_SetItem(pg.same, hit, hit) < 0)
-                    goto failed;
-                same_room--;
-                one = hit;
-            }
-            Py_INCREF(one);
-            Py_SETREF(hit, one);
-            if (PyDict_SetItem(sub, href, hit) < 0)
-                goto failed;
-            room--;
-            added++;
-        }
+        hit = is_absolute(href) ? absolute(&pg, &c, href) : relative(&pg, &c, href);
         Py_DECREF(href);
-        if (hit == pg.miss) {
+        if (hit == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            break;  /* a full cache or table: Python's to empty (urls.py) */
+        }
+        if (hit == pg.miss || i >= PyList_GET_SIZE(urls)) {  /* (a list cut short meanwhile) */
             Py_DECREF(hit);
             continue;
         }
-        if (i >= PyList_GET_SIZE(urls)) {  /* query_check shortened the list */
-            Py_DECREF(hit);
-            PyErr_SetString(PyExc_RuntimeError, "urls changed size during tails()");
-            return NULL;
-        }
         PyList_SetItem(urls, i, hit);  /* steals hit */
-        continue;
-failed:
-        Py_DECREF(href);
-        Py_DECREF(hit);
-        return NULL;
     }
-    return Py_BuildValue("(nn)", i, added);
+    return Py_BuildValue("(nn)", i, c.added);
 }
 
 static PyMethodDef methods[] = {

@@ -215,14 +215,15 @@ class Normalizer:
 
     def _c_tails(self, info: _BaseInfo, sub: dict[str, str | None], hrefs: list[str],
                  urls: list[str | None | _Miss]) -> int:
-        """The loop of `_resolve_misses` over the hrefs `_tail` answers, by the C twin
-        (`_plainlinks.c`), up to where a full cache or table must be emptied (Python's to do,
-        then): how far it went."""
+        """The loop of `_resolve_misses` over the hrefs `_tail` and `_plain` answer, by the C
+        twin (`_plainlinks.c`), up to where a full cache or table must be emptied (Python's to
+        do, then): how far it went."""
         assert _plainlinks is not None  # (the caller checks)
         checked, added = _plainlinks.tails(
             hrefs, urls, _MISS, info.origin, info.directory, self._same, self.max_length, sub,
-            self._path_strip is not None, self._query_needs_strip, _CACHE_HREF_MAX,
-            _CACHE_MAX - self._cache_size, _URLS_MAX - len(self._same))
+            self._absolute, self._path_strip is not None, self._query_needs_strip,
+            _CACHE_HREF_MAX, _CACHE_MAX - self._cache_size, _URLS_MAX - len(self._same),
+            _CACHE_MAX - len(self._absolute))
         self._cache_size += added
         return checked
 
