@@ -827,12 +827,11 @@ def test_the_c_twin_answers_a_pages_misses_as_the_python_loop_does(
     """`_plainlinks.tails` (C) and `_tail`, `_plain` and their caching (Python) give every page
     the same links, and, while no cache or table fills, leave the same caches behind; with
     small bounds they stop for Python to empty them, and the links stay the same."""
-    pytest.importorskip("larbinpy.links._plainlinks")  # (built by `pip install .`)
+    twin = pytest.importorskip("larbinpy.links._plainlinks")  # (built by `pip install .`)
     import larbinpy.links.urls as urls
 
     monkeypatch.setattr(urls, "_CACHE_MAX", cache_max)
     monkeypatch.setattr(urls, "_URLS_MAX", urls_max)
-    twin = urls._plainlinks
     rng = random.Random(cache_max + urls_max)
     bases = [*_BASES, "http://e.com/a/b/c/d.html", "http://e.com/s;sid=1/p", "https://q.test/x?y=1"]
     for params in (DEFAULT_STRIP_PARAMS, frozenset({"a/b", "x*"})):
