@@ -871,3 +871,17 @@ def test_the_c_twin_stops_where_a_cache_or_the_table_is_full() -> None:
         assert (checked, urls, same) == (1, [url], {url: url})
         assert (sub, added) == (({}, 0) if href[0] == "h" else ({href: url}, 1))
         assert absolute == ({href: url} if href[0] == "h" else {})
+
+
+def test_a_folder_a_stripped_parameter_ends_is_not_the_answer_to_dot_slash() -> None:
+    """'./' and '../' name the page's folder or a parent: when a stripped parameter whose
+    name ends with '/' ends that folder's path, the answer is the folder stripped, as ada-url
+    answers (the link is not plain)."""
+    for params, base, href in ((["a/"], "http://h/x;a/p", "./"),
+                               (["a/*"], "http://h/x;a/&/p", "../")):
+        norm = Normalizer(frozenset(params))
+        expected = norm._parse_ada(href, _BaseInfo(base))
+        assert expected == "http://h/x", (params, href)
+        assert norm.resolve(base, href) == expected, (params, href)
+        assert Normalizer(frozenset(params)).resolve_many(base, [href]) == [expected], params
+

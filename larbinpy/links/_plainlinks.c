@@ -138,6 +138,8 @@ static PyObject *tail(const Page *pg, PyObject *href) {
             }
         }
         if (n == 0) {  /* '../': the folder itself */
+            if (pg->strip_path && memchr(prefix, ';', plen))
+                goto miss;  /* a stripped parameter named with a '/' may end its path */
             if (plen == pg->dir_len) {
                 Py_INCREF(pg->directory);
                 return pg->directory;
