@@ -885,3 +885,21 @@ def test_a_folder_a_stripped_parameter_ends_is_not_the_answer_to_dot_slash() -> 
         assert norm.resolve(base, href) == expected, (params, href)
         assert Normalizer(frozenset(params)).resolve_many(base, [href]) == [expected], params
 
+
+@pytest.mark.parametrize("shortened", ["hrefs", "urls"])
+def test_the_c_twin_reads_a_list_shortened_under_it_no_further(shortened: str) -> None:
+    """A call of `query_check` may run any code (on Python 3.11 the match object it makes may
+    start a collection, which runs finalizers): a list it shortens ends the loop there, and is
+    not read past its end."""
+    twin = pytest.importorskip("larbinpy.links._plainlinks")
+    hrefs = ["a?q", "b?q", "c?q"]
+    urls: list[object] = [_MISS] * 3
+    lists = {"hrefs": hrefs, "urls": urls}
+
+    def query_check(url: str) -> None:
+        lists[shortened].clear()  # (a cleared list has no item array left to read)
+
+    checked, _ = twin.tails(hrefs, urls, _MISS, "http://e.com", "http://e.com/d/", {}, 2048,
+                            {}, {}, False, query_check, 512, 9, 9, 9)
+    assert checked == 1
+    assert urls == ([] if shortened == "urls" else ["http://e.com/d/a?q", _MISS, _MISS])
