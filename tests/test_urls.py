@@ -870,3 +870,35 @@ def test_the_c_twin_stops_where_a_cache_or_the_table_is_full() -> None:
         assert (checked, urls, same) == (1, [url], {url: url})
         assert (sub, added) == (({}, 0) if href[0] == "h" else ({href: url}, 1))
         assert absolute == ({href: url} if href[0] == "h" else {})
+
+
+def test_a_folder_a_stripped_parameter_ends_is_not_the_answer_to_dot_slash() -> None:
+    """'./' and '../' name the page's folder or a parent: when a stripped parameter whose
+    name ends with '/' ends that folder's path, the answer is the folder stripped, as ada-url
+    answers (the link is not plain)."""
+    for params, base, href in ((["a/"], "http://h/x;a/p", "./"),
+                               (["a/*"], "http://h/x;a/&/p", "../")):
+        norm = Normalizer(frozenset(params))
+        expected = norm._parse_ada(href, _BaseInfo(base))
+        assert expected == "http://h/x", (params, href)
+        assert norm.resolve(base, href) == expected, (params, href)
+        assert Normalizer(frozenset(params)).resolve_many(base, [href]) == [expected], params
+
+
+@pytest.mark.parametrize("shortened", ["hrefs", "urls"])
+def test_the_c_twin_reads_a_list_shortened_under_it_no_further(shortened: str) -> None:
+    """A call of `query_check` may run any code (on Python 3.11 the match object it makes may
+    start a collection, which runs finalizers): a list it shortens ends the loop there, and is
+    not read past its end."""
+    twin = pytest.importorskip("larbinpy.links._plainlinks")
+    hrefs = ["a?q", "b?q", "c?q"]
+    urls: list[object] = [_MISS] * 3
+    lists = {"hrefs": hrefs, "urls": urls}
+
+    def query_check(url: str) -> None:
+        lists[shortened].clear()  # (a cleared list has no item array left to read)
+
+    checked, _ = twin.tails(hrefs, urls, _MISS, "http://e.com", "http://e.com/d/", {}, 2048,
+                            {}, {}, False, query_check, 512, 9, 9, 9)
+    assert checked == 1
+    assert urls == ([] if shortened == "urls" else ["http://e.com/d/a?q", _MISS, _MISS])

@@ -138,6 +138,8 @@ static PyObject *tail(const Page *pg, PyObject *href) {
             }
         }
         if (n == 0) {  /* '../': the folder itself */
+            if (pg->strip_path && memchr(prefix, ';', plen))
+                goto miss;  /* a stripped parameter named with a '/' may end its path */
             if (plen == pg->dir_len) {
                 Py_INCREF(pg->directory);
                 return pg->directory;
@@ -362,7 +364,9 @@ static PyObject *tails(PyObject *self, PyObject *args) {
     pg.origin_len = PyUnicode_GET_LENGTH(origin);
     pg.dir = PyUnicode_1BYTE_DATA(pg.directory);
     pg.dir_len = PyUnicode_GET_LENGTH(pg.directory);
-    for (i = 0; i < count; i++) {
+    /* (the sizes read again each time: a call of query_check may run any code, which may
+     * shorten a list) */
+    for (i = 0; i < PyList_GET_SIZE(hrefs) && i < PyList_GET_SIZE(urls); i++) {
         PyObject *href = PyList_GET_ITEM(hrefs, i), *hit;
         if (PyList_GET_ITEM(urls, i) != pg.miss)
             continue;

@@ -341,8 +341,9 @@ class Normalizer:
             prefix = info.origin
         elif first == ".":
             prefix, href = _climbed(info, href)
-            if not href:  # '../': the folder itself
-                return prefix
+            if not href:  # '../': the folder itself, unless a stripped parameter (named
+                # with a '/') may end its path
+                return _MISS if ";" in prefix and self._path_strip is not None else prefix
         else:
             prefix = info.directory
         if "./" in href:
