@@ -102,6 +102,25 @@ typedef struct {
     int strip_path;
 } Page;
 
+/* `_may_strip_in`: may a stripped path parameter begin in the folder prefix[0..plen) (one
+ * named with a '/' can end in the href after it, or end the folder's path)? */
+static int may_strip_in(const Page *pg, ptr prefix, Py_ssize_t plen) {
+    return pg->strip_path && memchr(prefix, ';', plen) != NULL;
+}
+
+/* Does `query_check` find a parameter to strip in the URL's query: 1, 0, -1 on an error. */
+static int query_strips(const Page *pg, PyObject *url) {
+    PyObject *found;
+    int strip;
+    if (pg->query_check == Py_None ||
+            !memchr(PyUnicode_1BYTE_DATA(url), '?', PyUnicode_GET_LENGTH(url)))
+        return 0;
+    found = PyObject_CallOneArg(pg->query_check, url);
+    strip = found == NULL ? -1 : PyObject_IsTrue(found);
+    Py_XDECREF(found);
+    return strip;
+}
+
 /* `_tail`: a new reference to the URL, to None, to `miss`; NULL on an error. */
 static PyObject *tail(const Page *pg, PyObject *href) {
     ptr h, prefix;
@@ -137,9 +156,9 @@ static PyObject *tail(const Page *pg, PyObject *href) {
                 break;
             }
         }
-        if (n == 0) {  /* '../': the folder itself */
-            if (pg->strip_path && memchr(prefix, ';', plen))
-                goto miss;  /* a stripped parameter named with a '/' may end its path */
+        if (n == 0) {  /* '../': the folder itself (unless a stripped parameter ends it) */
+            if (may_strip_in(pg, prefix, plen))
+                goto miss;
             if (plen == pg->dir_len) {
                 Py_INCREF(pg->directory);
                 return pg->directory;
@@ -164,16 +183,15 @@ static PyObject *tail(const Page *pg, PyObject *href) {
         goto error;
     if (has_pair(h, n, '/', '.') || !plain_relative(h, n) || (first == '.' && h[0] == '/'))
         goto miss_url;  /* '..//x': an empty segment, not '/x' */
-    if (pg->strip_path && memchr(prefix, ';', plen))
-        goto miss_url;  /* a stripped parameter named with a '/' may span folder and href */
-    if (pg->query_check != Py_None && memchr(PyUnicode_1BYTE_DATA(url), '?', plen + n)) {
-        PyObject *found = PyObject_CallOneArg(pg->query_check, url);
-        int strip = found == NULL ? -1 : PyObject_IsTrue(found);
-        Py_XDECREF(found);
-        if (strip < 0)
-            goto error;
-        if (strip)
-            goto miss_url;
+    if (may_strip_in(pg, prefix, plen))
+        goto miss_url;
+    switch (query_strips(pg, url)) {
+    case 0:
+        break;
+    case 1:
+        goto miss_url;
+    default:
+        goto error;
     }
     if (plen + n > pg->max_length) {
         Py_DECREF(url);
@@ -194,8 +212,8 @@ error:
  * when it is a plain link, to None when too long, to `miss` when it is not plain. */
 static PyObject *plain(const Page *pg, PyObject *href) {
     ptr h = PyUnicode_1BYTE_DATA(href), host, end;
-    Py_ssize_t n = PyUnicode_GET_LENGTH(href), i, len;
-    int https = h[4] == 's';
+    Py_ssize_t n = PyUnicode_GET_LENGTH(href), i;
+    int https = h[4] == 's', strip;
     PyObject *url;
     if (has_pair(h, n, '.', '/') || has_pair(h, n, '/', '.'))
         goto miss;
@@ -238,19 +256,14 @@ static PyObject *plain(const Page *pg, PyObject *href) {
         memcpy(PyUnicode_1BYTE_DATA(url), h, n);
         PyUnicode_1BYTE_DATA(url)[n] = '/';
     }
-    len = PyUnicode_GET_LENGTH(url);
-    if (pg->query_check != Py_None && memchr(PyUnicode_1BYTE_DATA(url), '?', len)) {
-        PyObject *found = PyObject_CallOneArg(pg->query_check, url);
-        int strip = found == NULL ? -1 : PyObject_IsTrue(found);
-        Py_XDECREF(found);
-        if (strip != 0) {
-            Py_DECREF(url);
-            if (strip < 0)
-                return NULL;
-            goto miss;
-        }
+    strip = query_strips(pg, url);
+    if (strip != 0) {
+        Py_DECREF(url);
+        if (strip < 0)
+            return NULL;
+        goto miss;
     }
-    if (len > pg->max_length) {
+    if (PyUnicode_GET_LENGTH(url) > pg->max_length) {
         Py_DECREF(url);
         Py_RETURN_NONE;
     }

@@ -30,10 +30,11 @@ LARBINPY_PURE=1 in the environment, and is the readable statement of what both d
 from __future__ import annotations
 
 import functools
-import os
 import re
 from html.entities import html5 as _ENTITIES
 from typing import Any, NamedTuple
+
+from larbinpy.links import PURE
 
 try:
     from larbinpy.links import _tagscan
@@ -211,7 +212,7 @@ def _scan_py(doc: bytes) -> _Raw:
             False)
 
 
-scan = scan_c if _tagscan is not None and not os.environ.get("LARBINPY_PURE") else scan_py
+scan = scan_c if _tagscan is not None and not PURE else scan_py
 
 
 def _attr(attrs: list[tuple[bytes, ...]], name: bytes) -> str | None:

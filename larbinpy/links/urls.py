@@ -25,7 +25,6 @@ loop running where it was not built or with LARBINPY_PURE=1 in the environment.
 from __future__ import annotations
 
 import enum
-import os
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -34,11 +33,13 @@ from typing import Final
 
 from ada_url import join_url, normalize_url
 
+from larbinpy.links import PURE
+
 try:
     from larbinpy.links import _plainlinks
 except ImportError:  # not built (a source tree without `pip install .`)
     _plainlinks = None  # type: ignore[assignment]  # the module's stand-in: "not built"
-if os.environ.get("LARBINPY_PURE"):
+if PURE:
     _plainlinks = None  # type: ignore[assignment]  # the pure twin, as asked
 
 __all__ = ["DEFAULT_STRIP_PARAMS", "Normalizer", "host_of", "path_of", "site_key"]
@@ -341,9 +342,8 @@ class Normalizer:
             prefix = info.origin
         elif first == ".":
             prefix, href = _climbed(info, href)
-            if not href:  # '../': the folder itself, unless a stripped parameter (named
-                # with a '/') may end its path
-                return _MISS if ";" in prefix and self._path_strip is not None else prefix
+            if not href:  # '../': the folder itself (unless a stripped parameter ends it)
+                return _MISS if self._may_strip_in(prefix) else prefix
         else:
             prefix = info.directory
         if "./" in href:
@@ -355,11 +355,16 @@ class Normalizer:
         if "/." in href or not _PLAIN_RELATIVE.fullmatch(href) or (
                 first == "." and href[0] == "/"):  # '..//x': an empty segment, not '/x'
             return _MISS
-        if ";" in prefix and self._path_strip is not None:
-            return _MISS  # a stripped parameter named with a '/' may span folder and href
+        if self._may_strip_in(prefix):
+            return _MISS
         if "?" in url and self._query_needs_strip is not None and self._query_needs_strip(url):
             return _MISS
         return url if len(url) <= self.max_length else None
+
+    def _may_strip_in(self, folder: str) -> bool:
+        """May a stripped path parameter begin in `folder` (a parameter named with a '/' can
+        end in the href after it, or end the folder's path)? Then no link under it is plain."""
+        return ";" in folder and self._path_strip is not None
 
     def _parse(self, href: str, base: _BaseInfo | None) -> str | None:
         """The WHATWG answer for href (against base), in canonical form; None for failures
