@@ -18,7 +18,8 @@ $(shell rm -rf $(VENV))
 endif
 endif
 
-$(VENV)/.installed: pyproject.toml setup.py larbinpy/links/_tagscan.c larbinpy/links/_plainlinks.c
+$(VENV)/.installed: pyproject.toml setup.py larbinpy/links/_tagscan.c larbinpy/links/_plainlinks.c \
+    larbinpy/frontier/_seenbits.c
 	@$(PYTHON) -c '$(PY_OK)' 2>/dev/null || { echo "larbinpy needs Python 3.11 or later;" \
 	  "$(PYTHON) is $$($(PYTHON) -V 2>&1). Name another: make $(MAKECMDGOALS) PYTHON=python3.12" >&2; \
 	  exit 1; }

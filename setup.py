@@ -1,5 +1,7 @@
-"""Builds larbinpy's C extensions: the link scanner (`larbinpy/links/_tagscan.c`) and the
-plain-link resolver (`larbinpy/links/_plainlinks.c`), each the twin of pure Python code.
+"""Builds larbinpy's C extensions: the link scanner (`larbinpy/links/_tagscan.c`), the
+plain-link resolver (`larbinpy/links/_plainlinks.c`) and the seen-set's test of a page's links
+(`larbinpy/frontier/_seenbits.c`, with xxHash's header beside it), each the twin of pure
+Python code.
 
 Everything else about the package is in pyproject.toml. A machine without a C compiler (or
 without Python's headers) gets a message saying so at install time, not an error at run time.
@@ -18,14 +20,16 @@ class BuildExt(build_ext):
             super().run()
         except Exception as exc:  # CCompilerError, DistutilsExecError, PlatformError...
             raise SystemExit(
-                "larbinpy: could not build its C link scanner and resolver (larbinpy/links/*.c): "
+                "larbinpy: could not build its C extensions (larbinpy/links/*.c, "
+                "larbinpy/frontier/_seenbits.c): "
                 f"{exc}\nIt needs a C compiler and Python's headers: on Debian, "
                 "`apt-get install gcc python3-dev`, then install larbinpy again."
             ) from exc
 
 
 setup(
-    ext_modules=[Extension(f"larbinpy.links.{name}", [f"larbinpy/links/{name}.c"],
-                           extra_compile_args=["-O2"]) for name in ("_tagscan", "_plainlinks")],
+    ext_modules=[Extension(f"larbinpy.{name}".replace("/", "."), [f"larbinpy/{name}.c"],
+                           extra_compile_args=["-O2"])
+                 for name in ("links/_tagscan", "links/_plainlinks", "frontier/_seenbits")],
     cmdclass={"build_ext": BuildExt},
 )

@@ -145,6 +145,9 @@ async def test_a_plain_pip_install_crawls_with_every_output(make_web, tmp_path: 
     code, out = await run(py, "-c", "from larbinpy.links import urls; "
                                     "print(urls._plainlinks is not None)")
     assert (code, out) == (0, "True\n")  # and the plain-link resolver
+    code, out = await run(py, "-c", "from larbinpy.frontier import seen; "
+                                    "print(seen._seenbits is not None)")
+    assert (code, out) == (0, "True\n")  # and the seen-set's test of links
 
     tw = await make_web([
         Site("a.test", "127.0.0.2", {"/x.html": html("/")}),

@@ -17,6 +17,7 @@ from conftest import html, until
 from larbinpy.daemon.status import snapshot
 from larbinpy.daemon.statuspage import metrics_text
 from larbinpy.demo import Page, Site
+from larbinpy.frontier import seen as seen_module
 from larbinpy.frontier.fptable import BUCKET_BYTES, MIN_BUCKETS, SLOTS, WINDOW, FingerprintTable
 from larbinpy.frontier.seen import RECENT_MAX, BitmapSeenSet, ExactSeenSet, open_seen_set
 
@@ -121,6 +122,67 @@ def test_urls_that_left_the_memo_of_recent_urls_are_still_seen(tmp_path: Path):
     assert RECENT_MAX <= len(memo) <= 2 * RECENT_MAX  # bounded, whatever the crawl's size
     assert offer(seen, urls(1000, start=len(distinct))) == 1000
     seen.close()
+
+
+def both_twins(monkeypatch, seen_set, keys: list[str]) -> tuple[list[str], list[str]]:
+    """`missing(keys)` by the C twin and by the Python code, each from the same memo of recent
+    URLs; the memo each leaves must be the same too (the answers are compared by the caller)."""
+    twin = pytest.importorskip("larbinpy.frontier._seenbits")  # (built by `pip install .`)
+    memo = seen_set if isinstance(seen_set, BitmapSeenSet) else seen_set.bitmap
+    before = set(memo._recent), set(memo._older)
+    answers, memos = [], []
+    for module in (twin, None):
+        monkeypatch.setattr(seen_module, "_seenbits", module)
+        memo._recent, memo._older = set(before[0]), set(before[1])
+        answers.append(seen_set.missing(list(keys)))
+        memos.append((memo._recent, memo._older))
+    assert memos[0] == memos[1]
+    return answers[0], answers[1]
+
+
+@pytest.mark.parametrize("functions, bits", [(1, 1 << 12), (3, 1 << 12), (3, 12_289), (5, 999)])
+def test_the_c_twin_answers_as_the_python_seen_set(monkeypatch, tmp_path: Path, functions: int,
+                                                   bits: int):
+    """A bitmap about half full (so bits decide), a fingerprint table near its highest load in
+    its 64 buckets (windows full and cut short at a bucket's end: whole buckets read), URLs in
+    and out of the memo, repeated, and not ASCII: both twins name the same missing URLs."""
+    rng = random.Random(bits + functions)
+    stored = [f"http://h{rng.randrange(40)}.test/{rng.getrandbits(40):x}/{i}"
+              for i in range(11_000)]
+    absent = [f"http://h{i % 7}.test/é/{i}?q=%E2%82%AC" for i in range(3000)]
+    for cls in (BitmapSeenSet, ExactSeenSet):
+        path = tmp_path / f"{cls.__name__}.bitmap"
+        seen_set = (ExactSeenSet(path, bits, functions, cache=1 << 20) if cls is ExactSeenSet
+                    else BitmapSeenSet(path, bits, functions))  # (the table read from memory)
+        for i in range(0, len(stored), 500):
+            seen_set.add(stored[i:i + 500] if cls is ExactSeenSet else stored[i:i + 25])
+        if cls is ExactSeenSet:
+            assert seen_set.table.buckets == MIN_BUCKETS and seen_set.table.mapped() is not None
+        memo = seen_set if isinstance(seen_set, BitmapSeenSet) else seen_set.bitmap
+        memo._recent = set(rng.sample(stored, 1000))  # most stored URLs left the memo
+        memo._older = set(rng.sample(stored, 1000))
+        for _ in range(40):
+            page = rng.sample(stored, 30) + rng.sample(absent, 20)
+            page += page[:5]  # a page may link to a URL twice
+            rng.shuffle(page)
+            c, py = both_twins(monkeypatch, seen_set, page)
+            assert c == py
+            if cls is ExactSeenSet:
+                assert set(c) == set(page) & set(absent)  # exact: every stored URL is seen
+        seen_set.close()
+
+
+def test_the_c_twin_finds_the_python_bit_positions(monkeypatch, tmp_path: Path):
+    """Bits set by the Python positions (128-bit sums, an odd number of bits) are the ones the C
+    twin tests: every added URL is seen by it, and a URL with one clear bit is missing."""
+    for functions in (1, 2, 7):
+        seen_set = BitmapSeenSet(tmp_path / f"{functions}.bitmap", (1 << 33) + 17, functions)
+        added = urls(300)
+        seen_set.add(added)
+        seen_set._recent.clear()
+        c, py = both_twins(monkeypatch, seen_set, added + urls(300, start=300))
+        assert c == py == urls(300, start=300)
+        seen_set.close()
 
 
 def test_bitmap_mode_reports_its_expected_loss(tmp_path: Path):

@@ -139,6 +139,10 @@ class FingerprintTable:
             return array("Q", self._map[b * BUCKET_BYTES:(b + 1) * BUCKET_BYTES])
         return array("Q", os.pread(self._fd, BUCKET_BYTES, b * BUCKET_BYTES))
 
+    def mapped(self) -> mmap.mmap | None:
+        """The whole table's mapping while lookups read it (for seen.py's C twin), else None."""
+        return self._map if self._reads_mapped else None
+
     def contains(self, fps: list[int]) -> list[bool]:
         """Whether each fingerprint is stored (a read of WINDOW slots, rarely of a bucket)."""
         out, nb = [], self.buckets

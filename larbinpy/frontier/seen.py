@@ -39,6 +39,10 @@ to `seen.legacy.bitmap`, and a URL whose bits are all set there counts as seen, 
 (those old URLs were never fingerprinted; a rebuild would need every URL ever seen). URLs seen
 afterwards are exact. `seenSet bitmap` deletes the table: its bits are then the whole seen-set.
 
+A page's links are tested by the C twin `_seenbits.c` (built by `pip install .`; the same
+answers, held to this module's code by tests/test_seen.py) while the table is read through
+memory and there is no legacy bitmap; the Python code runs otherwise, or with LARBINPY_PURE=1.
+
 `SeenSet` is the small interface the input stage uses; a Redis implementation can replace
 `BitmapSeenSet` without touching the stages.
 """
@@ -55,7 +59,15 @@ from typing import Protocol
 
 import xxhash
 
+from larbinpy import PURE
 from larbinpy.frontier.fptable import FingerprintTable
+
+try:
+    from larbinpy.frontier import _seenbits
+except ImportError:  # not built (a source tree without `pip install .`)
+    _seenbits = None  # type: ignore[assignment]  # the module's stand-in: "not built"
+if PURE:
+    _seenbits = None  # type: ignore[assignment]  # the pure twin, as asked
 
 _hash64 = xxhash.xxh3_64_intdigest
 _hash128 = xxhash.xxh3_128_intdigest
@@ -156,7 +168,11 @@ class BitmapSeenSet:
 
     def missing(self, keys: list[str]) -> list[str]:
         """The keys whose bits are not all set."""
-        new, maybe = self.split(self._not_recent(keys))
+        if _seenbits is not None:
+            new, maybe = _seenbits.missing(keys, self._recent, self._older, self._map,
+                                           self.bits, self.k, None, None)
+        else:
+            new, maybe = self.split(self._not_recent(keys))
         self._remember(maybe)
         return new
 
@@ -225,6 +241,12 @@ class ExactSeenSet:
     def missing(self, keys: list[str]) -> list[str]:
         """The keys never added: a clear bit, or a set bit and no such fingerprint."""
         bitmap = self.bitmap
+        table = self.table.mapped() if _seenbits is not None and self.legacy is None else None
+        if table is not None:  # the same answers as below, by the C twin (_seenbits.c)
+            new, seen = _seenbits.missing(keys, bitmap._recent, bitmap._older, bitmap._map,
+                                          bitmap.bits, bitmap.k, table, self.table.buckets)
+            bitmap._remember(seen)
+            return new
         keys = bitmap._not_recent(keys)
         new, maybe = bitmap.split(keys)
         if not maybe:

@@ -34,7 +34,7 @@ import re
 from html.entities import html5 as _ENTITIES
 from typing import Any, NamedTuple
 
-from larbinpy.links import PURE
+from larbinpy import PURE
 
 try:
     from larbinpy.links import _tagscan

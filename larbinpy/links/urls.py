@@ -33,7 +33,7 @@ from typing import Final
 
 from ada_url import join_url, normalize_url
 
-from larbinpy.links import PURE
+from larbinpy import PURE
 
 try:
     from larbinpy.links import _plainlinks

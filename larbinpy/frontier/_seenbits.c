@@ -1,0 +1,180 @@
+/* larbinpy.frontier._seenbits: the C twin of seen.py's test of a page's links against the
+ * seen-set (`BitmapSeenSet.missing`, and `ExactSeenSet.missing` without a legacy bitmap and
+ * with its fingerprint table read through memory).
+ *
+ * missing(keys, recent, older, bitmap, bits, k, table, buckets) -> (missing, seen)
+ *
+ * For each key, in order: a key in the set `recent` or `older` is seen. Else its bit
+ * positions in the buffer `bitmap` of `bits` bits (one xxh3-64 of its UTF-8 for k == 1; for
+ * k > 1 xxh3-128's halves h1, h2 | 1 and positions (h1 + i * h2) % bits, i < k, as
+ * `BitmapSeenSet.positions`): a clear one means missing. All set: with `table` None the key is
+ * seen; else its fingerprint (xxh3-64 seeded with seen._FP_SEED, 0 made 1) is looked up in the
+ * buffer `table` of `buckets` buckets the way `FingerprintTable.contains` does: found, seen;
+ * absent, missing. `missing` is the missing keys in the order given; `seen` the keys found
+ * seen past the two sets (seen.py remembers them). tests/test_seen.py holds it to seen.py.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL /* xxHash 0.8.4 (xxhash/LICENSE), the xxhash package's algorithm */
+#include "xxhash/xxhash.h"
+
+#define FP_SEED 0x9E3779B97F4A7C15ULL /* seen._FP_SEED */
+#define SLOTS 256                     /* fptable.SLOTS: uint64 slots a bucket */
+#define WINDOW 16                     /* fptable.WINDOW: slots read from the home slot */
+
+/* Whether every bit of the key is set (1), or not (0). */
+static int all_set(const char *s, Py_ssize_t n, const unsigned char *map, uint64_t bits, long k) {
+    uint64_t p;
+    long i;
+    if (k == 1) {
+        p = XXH3_64bits(s, (size_t)n) % bits;
+        return (map[p >> 3] >> (p & 7)) & 1;
+    }
+    XXH128_hash_t h = XXH3_128bits(s, (size_t)n);
+    uint64_t h1 = h.low64, h2 = h.high64 | 1;
+    for (i = 0; i < k; i++) {
+        /* Python's integers do not wrap: the sum is taken in 128 bits before the modulo */
+        p = (uint64_t)(((unsigned __int128)h1 + (unsigned __int128)i * h2) % bits);
+        if (!((map[p >> 3] >> (p & 7)) & 1))
+            return 0;
+    }
+    return 1;
+}
+
+/* Whether `fp` is stored: the home window's slots hold it, else one of them is 0 (absent),
+ * else the whole bucket is searched (FingerprintTable.contains). */
+static int stored(const uint64_t *table, uint64_t buckets, uint64_t fp) {
+    const uint64_t *bucket = table + (fp % buckets) * SLOTS;
+    unsigned home = (unsigned)((fp >> 40) % SLOTS), end = home + WINDOW, i;
+    int empty = 0;
+    if (end > SLOTS)
+        end = SLOTS; /* a window cut short by its bucket's end */
+    for (i = home; i < end; i++) {
+        if (bucket[i] == fp)
+            return 1;
+        empty |= bucket[i] == 0;
+    }
+    if (empty)
+        return 0;
+    for (i = 0; i < SLOTS; i++)
+        if (bucket[i] == fp)
+            return 1;
+    return 0;
+}
+
+/* -1 with an exception set, else whether `key` is in `set` (a set, or None: never). */
+static int in_set(PyObject *set, PyObject *key) {
+    return set == Py_None ? 0 : PySet_Contains(set, key);
+}
+
+/* The key's answer: 1 seen in the sets, 2 seen past them, 0 missing, -1 an error. */
+static int answer(PyObject *key, PyObject *recent, PyObject *older, const unsigned char *map,
+                  uint64_t bits, long k, const uint64_t *table, uint64_t buckets) {
+    const char *s;
+    Py_ssize_t n;
+    int r;
+    if ((r = in_set(recent, key)) != 0 || (r = in_set(older, key)) != 0)
+        return r;
+    if (!PyUnicode_Check(key)) {
+        PyErr_SetString(PyExc_TypeError, "keys must be str");
+        return -1;
+    }
+    if ((s = PyUnicode_AsUTF8AndSize(key, &n)) == NULL)
+        return -1; /* (as key.encode() fails: a lone surrogate) */
+    if (!all_set(s, n, map, bits, k))
+        return 0;
+    if (table == NULL)
+        return 2;
+    uint64_t fp = XXH3_64bits_withSeed(s, (size_t)n, FP_SEED);
+    return stored(table, buckets, fp ? fp : 1) ? 2 : 0;
+}
+
+static PyObject *missing(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *keys, *recent, *older, *out = NULL, *seen = NULL, *result = NULL;
+    Py_buffer bitmap = {0}, table = {0};
+    unsigned long long bits, buckets = 0;
+    long k;
+    Py_ssize_t i;
+    (void)self;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "missing() takes 8 arguments");
+        return NULL;
+    }
+    keys = args[0], recent = args[1], older = args[2];
+    if (!PyList_Check(keys) || (recent != Py_None && !PySet_Check(recent))
+        || (older != Py_None && !PySet_Check(older))) {
+        PyErr_SetString(PyExc_TypeError, "missing(list, set, set, ...)");
+        return NULL;
+    }
+    bits = PyLong_AsUnsignedLongLong(args[4]);
+    k = PyLong_AsLong(args[5]);
+    if (args[7] != Py_None)
+        buckets = PyLong_AsUnsignedLongLong(args[7]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (bits == 0 || k < 1) {
+        PyErr_SetString(PyExc_ValueError, "bits and k must be positive");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[3], &bitmap, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if ((unsigned long long)bitmap.len < (bits + 7) / 8) {
+        PyErr_SetString(PyExc_ValueError, "the bitmap is shorter than its bits");
+        goto done;
+    }
+    if (args[6] != Py_None) {
+        if (PyObject_GetBuffer(args[6], &table, PyBUF_SIMPLE) < 0)
+            goto done;
+        if (buckets == 0 || (unsigned long long)table.len / (8 * SLOTS) < buckets
+            || ((uintptr_t)table.buf & 7)) {
+            PyErr_SetString(PyExc_ValueError, "the table is shorter than its buckets");
+            goto done;
+        }
+    }
+    if ((out = PyList_New(0)) == NULL || (seen = PyList_New(0)) == NULL)
+        goto done;
+    /* the size is read on every key: a set lookup may run Python code (a key's __eq__) */
+    for (i = 0; i < PyList_GET_SIZE(keys); i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        int r;
+        Py_INCREF(key);
+        r = answer(key, recent, older, (const unsigned char *)bitmap.buf, bits, k,
+                   table.buf ? (const uint64_t *)table.buf : NULL, buckets);
+        if (r == 0)
+            r = PyList_Append(out, key);
+        else if (r == 2)
+            r = PyList_Append(seen, key);
+        else if (r == 1)
+            r = 0;
+        Py_DECREF(key);
+        if (r < 0)
+            goto done;
+    }
+    result = PyTuple_Pack(2, out, seen);
+done:
+    Py_XDECREF(out);
+    Py_XDECREF(seen);
+    PyBuffer_Release(&bitmap);
+    if (table.obj != NULL)
+        PyBuffer_Release(&table);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"missing", (PyCFunction)(void (*)(void))missing, METH_FASTCALL,
+     "missing(keys, recent, older, bitmap, bits, k, table, buckets) -> (missing, seen)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_seenbits",
+    "The C twin of seen.py's test of links against the seen-set.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__seenbits(void) {
+    return PyModule_Create(&module);
+}
