@@ -19,7 +19,13 @@ from larbinpy.daemon.statuspage import metrics_text
 from larbinpy.demo import Page, Site
 from larbinpy.frontier import seen as seen_module
 from larbinpy.frontier.fptable import BUCKET_BYTES, MIN_BUCKETS, SLOTS, WINDOW, FingerprintTable
-from larbinpy.frontier.seen import RECENT_MAX, BitmapSeenSet, ExactSeenSet, open_seen_set
+from larbinpy.frontier.seen import (
+    RECENT_KEY_MAX,
+    RECENT_MAX,
+    BitmapSeenSet,
+    ExactSeenSet,
+    open_seen_set,
+)
 
 TINY = 1 << 10  # bits: a few thousand URLs fill it
 
@@ -183,6 +189,18 @@ def test_the_c_twin_finds_the_python_bit_positions(monkeypatch, tmp_path: Path):
         c, py = both_twins(monkeypatch, seen_set, added + urls(300, start=300))
         assert c == py == urls(300, start=300)
         seen_set.close()
+
+
+def test_long_urls_stay_out_of_the_memo_and_are_still_seen(tmp_path: Path):
+    seen = ExactSeenSet(tmp_path / "seen.bitmap", 1 << 20, cache=1 << 20)
+    long = [f"http://h.test/{'a' * RECENT_KEY_MAX}/{i}" for i in range(20)]
+    short = urls(20)
+    assert offer(seen, long + short) == 40  # each page with long and short URLs
+    assert offer(seen, short) == 0  # a page of short ones only
+    assert seen.missing(long + short) == []  # the long ones from the table
+    memo = seen.bitmap._recent | seen.bitmap._older
+    assert set(short) <= memo and not memo & set(long)  # memory: at most RECENT_KEY_MAX a key
+    seen.close()
 
 
 def test_bitmap_mode_reports_its_expected_loss(tmp_path: Path):

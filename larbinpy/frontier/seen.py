@@ -162,7 +162,11 @@ class BitmapSeenSet:
 
     def _remember(self, keys: Iterable[str]) -> None:
         """Keep seen keys in the recent set (short ones only); a full one becomes the older."""
-        self._recent.update(k for k in keys if len(k) <= RECENT_KEY_MAX)
+        keys = keys if isinstance(keys, list) else list(keys)
+        if max(map(len, keys), default=0) <= RECENT_KEY_MAX:  # (most pages': C-level loops)
+            self._recent.update(keys)
+        else:
+            self._recent.update(k for k in keys if len(k) <= RECENT_KEY_MAX)
         if len(self._recent) >= RECENT_MAX:
             self._older, self._recent = self._recent, set()
 
