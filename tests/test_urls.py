@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from itertools import repeat
 from pathlib import Path
 from urllib.parse import urljoin
 
@@ -848,6 +849,41 @@ def test_the_c_twin_answers_a_pages_misses_as_the_python_loop_does(
             assert c_norm._cache == py_norm._cache
             assert c_norm._absolute == py_norm._absolute
             assert c_norm._same == py_norm._same
+
+
+def test_the_c_twins_lookups_and_de_duplication_answer_as_pythons() -> None:
+    """`_plainlinks.cached` gives what resolve_upto's two maps give (the absolute links' cache
+    answering last), `distinct` what `dict.fromkeys` keeps (equal strings that are distinct
+    objects are one URL; None dropped), on short pages and on pages of thousands of URLs."""
+    twin = pytest.importorskip("larbinpy.links._plainlinks")
+    rng = random.Random(5)
+    for n in (0, 1, 7, 200, 3000):
+        pool = [f"http://h{rng.randrange(9)}.test/{rng.randrange(n + 1)}" for _ in range(n)]
+        urls = [None if rng.random() < 0.1 else "".join(list(rng.choice(pool))) for _ in pool]
+        expected = dict.fromkeys(urls)
+        expected.pop(None, None)
+        assert twin.distinct(urls) == list(expected)
+        sub = {h: f"s{h}" for h in rng.sample(pool, n // 3)}
+        absolute = {h: f"a{h}" for h in rng.sample(pool, n // 3)}
+        after_sub = list(map(sub.get, pool, repeat(_MISS, len(pool))))
+        after_both = list(map(absolute.get, pool, after_sub)) if _MISS in after_sub else after_sub
+        assert twin.cached(pool, sub, absolute, _MISS) == (after_both, _MISS in after_both)
+
+
+def test_the_c_de_duplication_survives_a_comparison_that_empties_the_list() -> None:
+    """A URL's == may run code (a str subclass): one that empties the list under `distinct`
+    ends it there, without reading freed memory."""
+    twin = pytest.importorskip("larbinpy.links._plainlinks")
+
+    class Emptying(str):
+        def __eq__(self, other: object) -> bool:
+            urls.clear()
+            return str.__eq__(self, other)
+
+        __hash__ = str.__hash__
+
+    urls: list[str | None] = ["http://a/", Emptying("http://a/"), "http://b/"]
+    assert twin.distinct(urls) == ["http://a/"]
 
 
 def test_the_c_twin_stops_where_a_cache_or_the_table_is_full() -> None:

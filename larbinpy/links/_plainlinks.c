@@ -15,6 +15,9 @@
  * cache and halving the table are Python's (urls.py). `checked` is where it stopped
  * (len(urls) when it did not); `added`, the folders' cache entries it made.
  * tests/test_urls.py holds it to the Python loop.
+ *
+ * cached(hrefs, sub, absolute, miss) and distinct(urls): the rest of `resolve_upto` in C, the
+ * caches' answers for a page's hrefs and the URLs each once (see each below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -400,9 +403,140 @@ static PyObject *tails(PyObject *self, PyObject *args) {
     return Py_BuildValue("(nn)", i, c.added);
 }
 
+/* cached(hrefs, sub, absolute, miss) -> (urls, missed): what resolve_upto's two maps give,
+ * `sub.get(href, miss)` for each href then, if one missed, `absolute.get(href, urls[i])` for
+ * each; `missed`, whether `miss` is still among them. */
+static PyObject *cached(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *hrefs, *sub, *absolute, *miss, *urls, *result;
+    Py_ssize_t i, n;
+    int missed = 0, pass;
+    (void)self;
+    if (nargs != 4 || !PyList_Check(args[0]) || !PyDict_Check(args[1])
+            || !PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "cached(list, dict, dict, miss)");
+        return NULL;
+    }
+    hrefs = args[0], sub = args[1], absolute = args[2], miss = args[3];
+    if ((urls = PyList_New(n = PyList_GET_SIZE(hrefs))) == NULL)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        Py_INCREF(miss);
+        PyList_SET_ITEM(urls, i, miss);
+    }
+    for (pass = 0; pass < 2; pass++) {
+        PyObject *cache = pass == 0 ? sub : absolute;
+        missed = 0;
+        /* (sizes read again each time: a key's __eq__ may run code that shortens hrefs) */
+        for (i = 0; i < n && i < PyList_GET_SIZE(hrefs); i++) {
+            PyObject *href = PyList_GET_ITEM(hrefs, i), *hit;
+            Py_INCREF(href);
+            hit = PyDict_GetItemWithError(cache, href);
+            Py_DECREF(href);
+            if (hit != NULL) {
+                Py_INCREF(hit);
+                PyList_SetItem(urls, i, hit);  /* steals hit */
+            } else if (PyErr_Occurred()) {
+                Py_DECREF(urls);
+                return NULL;
+            }
+            missed |= PyList_GET_ITEM(urls, i) == miss;
+        }
+        if (!missed)
+            break;
+    }
+    result = Py_BuildValue("(OO)", urls, missed ? Py_True : Py_False);
+    Py_DECREF(urls);
+    return result;
+}
+
+/* distinct(urls) -> list: `list(dict.fromkeys(urls))` without None: each URL once, in the
+ * order first met (equal as a dict finds keys equal: the same object, or equal hashes and ==).
+ */
+static PyObject *distinct(PyObject *self, PyObject *urls) {
+    PyObject **slot, *out = NULL, *small[512];
+    Py_hash_t *hashes, small_hashes[512];
+    Py_ssize_t i, n, size = 8;
+    (void)self;
+    if (!PyList_Check(urls)) {
+        PyErr_SetString(PyExc_TypeError, "distinct(list)");
+        return NULL;
+    }
+    n = PyList_GET_SIZE(urls);
+    while (size < 2 * n)
+        size *= 2;
+    if (size <= 512) {
+        slot = small, hashes = small_hashes;
+    } else {
+        slot = PyMem_Malloc(size * sizeof(PyObject *));
+        hashes = PyMem_Malloc(size * sizeof(Py_hash_t));
+        if (slot == NULL || hashes == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    memset(slot, 0, size * sizeof(PyObject *));
+    if ((out = PyList_New(0)) == NULL)
+        goto done;
+    /* out holds a reference to every object in `slot`: a comparison running code that
+     * empties `urls` cannot free them */
+    for (i = 0; i < PyList_GET_SIZE(urls); i++) {
+        PyObject *url = PyList_GET_ITEM(urls, i);
+        Py_hash_t h;
+        size_t at;
+        int found = 0;
+        if (url == Py_None)
+            continue;
+        if ((h = PyObject_Hash(url)) == -1)
+            goto fail;
+        Py_INCREF(url);
+        for (at = (size_t)h & (size - 1); slot[at] != NULL; at = (at + 1) & (size - 1)) {
+            int eq;
+            if (slot[at] == url) {
+                found = 1;
+                break;
+            }
+            if (hashes[at] != h)
+                continue;
+            if ((eq = PyObject_RichCompareBool(slot[at], url, Py_EQ)) < 0) {
+                Py_DECREF(url);
+                goto fail;
+            }
+            if (eq) {
+                found = 1;
+                break;
+            }
+        }
+        if (!found) {
+            if (PyList_GET_SIZE(out) >= size / 2) {  /* (a list grown meanwhile) */
+                Py_DECREF(url);
+                PyErr_SetString(PyExc_RuntimeError, "distinct: the list grew");
+                goto fail;
+            }
+            slot[at] = url, hashes[at] = h;
+            if (PyList_Append(out, url) < 0) {
+                Py_DECREF(url);
+                goto fail;
+            }
+        }
+        Py_DECREF(url);
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    if (slot != small) {
+        PyMem_Free(slot);
+        PyMem_Free(hashes);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"tails", tails, METH_VARARGS,
      "Answer a page's cache misses that are tails of known URLs or plain links (urls.py)."},
+    {"cached", (PyCFunction)(void (*)(void))cached, METH_FASTCALL,
+     "A page's hrefs answered by the folder's cache, then the absolute links' (urls.py)."},
+    {"distinct", distinct, METH_O, "Each URL once, in order, without None (urls.py)."},
     {NULL, NULL, 0, NULL},
 };
 

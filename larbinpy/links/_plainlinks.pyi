@@ -8,3 +8,10 @@ def tails(
     absolute: dict[str, str | None], strip_path: bool, query_check: object, href_max: int,
     room: int, same_room: int, absolute_room: int, /,
 ) -> tuple[int, int]: ...
+
+def cached(
+    hrefs: list[str], sub: dict[str, str | None], absolute: dict[str, str | None],
+    miss: object, /,
+) -> tuple[list[Any], bool]: ...
+
+def distinct(urls: list[Any], /) -> list[str]: ...

@@ -181,6 +181,14 @@ class Normalizer:
                 return [], len(distinct)
             return self._resolve_capped(info, distinct, cap)
         sub = self._subcache(info.directory)
+        if _plainlinks is not None:
+            return self._resolve_page_c(info, sub, hrefs), 0
+        return self._resolve_page(info, sub, hrefs), 0
+
+    def _resolve_page(self, info: _BaseInfo, sub: dict[str, str | None],
+                      hrefs: list[str]) -> list[str]:
+        """A page's links, each once in the order first found (what `resolve_upto` returns
+        without a limit)."""
         # Most of a page's hrefs were seen on an earlier page of the same folder (navigation):
         # one C-level pass answers them from the cache; only the misses run Python code. (Raw
         # duplicates are looked up twice: cheaper than removing them first.)
@@ -192,7 +200,16 @@ class Normalizer:
             self._resolve_misses(info, sub, hrefs, urls)
         out = dict.fromkeys(urls)
         out.pop(None, None)
-        return list(out), 0  # type: ignore[arg-type]  # None popped, no _MISS left: all str
+        return list(out)  # type: ignore[arg-type]  # None popped, no _MISS left: all str
+
+    def _resolve_page_c(self, info: _BaseInfo, sub: dict[str, str | None],
+                        hrefs: list[str]) -> list[str]:
+        """`_resolve_page` by the C twin (its two lookups and the de-duplication)."""
+        assert _plainlinks is not None  # (the caller checks)
+        urls, missed = _plainlinks.cached(hrefs, sub, self._absolute, _MISS)
+        if missed:
+            self._resolve_misses(info, sub, hrefs, urls)
+        return _plainlinks.distinct(urls)
 
     def _resolve_misses(self, info: _BaseInfo, sub: dict[str, str | None], hrefs: list[str],
                         urls: list[str | None | _Miss]) -> None:
