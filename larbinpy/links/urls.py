@@ -18,8 +18,9 @@ Canonical form (beyond what a browser already does):
 A page's links are mostly the ones its folder's other pages had (navigation), so answers are
 cached per base folder (and absolute links crawl-wide): ada-url runs once per new href, and
 not at all for a plain link (`Normalizer._tail`). The loop over a page's cache misses that
-`_tail` answers has a C twin (`_plainlinks.c`, built by `pip install .`), the pure-Python
-loop running where it was not built or with LARBINPY_PURE=1 in the environment.
+`_tail` answers has a C twin (`_plainlinks.c`, built by `pip install .`), as do a page's cache
+lookups and the de-duplication of its links (`_resolve_page`), the pure-Python code running
+where it was not built or with LARBINPY_PURE=1 in the environment.
 """
 
 from __future__ import annotations
