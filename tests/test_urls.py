@@ -871,8 +871,8 @@ def test_the_c_twins_lookups_and_de_duplication_answer_as_pythons() -> None:
 
 
 def test_the_c_de_duplication_survives_a_comparison_that_empties_the_list() -> None:
-    """A URL's == may run code (a str subclass): one that empties the list under `distinct`
-    ends it there, without reading freed memory."""
+    """A URL's == may run code (a str subclass): one that empties the list under `distinct` or
+    `cached` ends it there, without reading freed memory."""
     twin = pytest.importorskip("larbinpy.links._plainlinks")
 
     class Emptying(str):
@@ -884,6 +884,9 @@ def test_the_c_de_duplication_survives_a_comparison_that_empties_the_list() -> N
 
     urls: list[str | None] = ["http://a/", Emptying("http://a/"), "http://b/"]
     assert twin.distinct(urls) == ["http://a/"]
+    urls = ["p", "q", "r"]  # `cached`: a lookup that empties the hrefs ends the answers there
+    sub: dict[str, str | None] = {Emptying("p"): "http://h/p", "q": "http://h/q"}
+    assert twin.cached(urls, sub, {}, _MISS) == (["http://h/p"], False)
 
 
 def test_the_c_twin_stops_where_a_cache_or_the_table_is_full() -> None:

@@ -441,6 +441,13 @@ static PyObject *cached(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
             missed |= PyList_GET_ITEM(urls, i) == miss;
         }
+        if (i < n) {  /* hrefs shortened meanwhile: the answers so far, as map() gives them */
+            if (PyList_SetSlice(urls, i, n, NULL) < 0) {
+                Py_DECREF(urls);
+                return NULL;
+            }
+            n = i;
+        }
         if (!missed)
             break;
     }
