@@ -65,18 +65,13 @@ static int stored(const uint64_t *table, uint64_t buckets, uint64_t fp) {
     return 0;
 }
 
-/* -1 with an exception set, else whether `key` is in `set` (a set, or None: never). */
-static int in_set(PyObject *set, PyObject *key) {
-    return set == Py_None ? 0 : PySet_Contains(set, key);
-}
-
 /* The key's answer: 1 seen in the sets, 2 seen past them, 0 missing, -1 an error. */
 static int answer(PyObject *key, PyObject *recent, PyObject *older, const unsigned char *map,
                   uint64_t bits, long k, const uint64_t *table, uint64_t buckets) {
     const char *s;
     Py_ssize_t n;
     int r;
-    if ((r = in_set(recent, key)) != 0 || (r = in_set(older, key)) != 0)
+    if ((r = PySet_Contains(recent, key)) != 0 || (r = PySet_Contains(older, key)) != 0)
         return r;
     if (!PyUnicode_Check(key)) {
         PyErr_SetString(PyExc_TypeError, "keys must be str");
@@ -104,8 +99,7 @@ static PyObject *missing(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     keys = args[0], recent = args[1], older = args[2];
-    if (!PyList_Check(keys) || (recent != Py_None && !PySet_Check(recent))
-        || (older != Py_None && !PySet_Check(older))) {
+    if (!PyList_Check(keys) || !PySet_Check(recent) || !PySet_Check(older)) {
         PyErr_SetString(PyExc_TypeError, "missing(list, set, set, ...)");
         return NULL;
     }

@@ -3,6 +3,6 @@
 from _typeshed import ReadableBuffer as Buffer
 
 def missing(
-    keys: list[str], recent: set[str] | None, older: set[str] | None, bitmap: Buffer,
+    keys: list[str], recent: set[str], older: set[str], bitmap: Buffer,
     bits: int, k: int, table: Buffer | None, buckets: int | None, /,
 ) -> tuple[list[str], list[str]]: ...

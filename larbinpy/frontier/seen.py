@@ -160,9 +160,8 @@ class BitmapSeenSet:
         rest = list(filterfalse(self._recent.__contains__, keys))  # a C loop: most are recent
         return list(filterfalse(self._older.__contains__, rest)) if rest else rest
 
-    def _remember(self, keys: Iterable[str]) -> None:
+    def _remember(self, keys: list[str]) -> None:
         """Keep seen keys in the recent set (short ones only); a full one becomes the older."""
-        keys = keys if isinstance(keys, list) else list(keys)
         if max(map(len, keys), default=0) <= RECENT_KEY_MAX:  # (most pages': C-level loops)
             self._recent.update(keys)
         else:
@@ -172,13 +171,18 @@ class BitmapSeenSet:
 
     def missing(self, keys: list[str]) -> list[str]:
         """The keys whose bits are not all set."""
-        if _seenbits is not None:
-            new, maybe = _seenbits.missing(keys, self._recent, self._older, self._map,
-                                           self.bits, self.k, None, None)
-        else:
-            new, maybe = self.split(self._not_recent(keys))
+        new, maybe = (self._missing_c(keys) if _seenbits is not None
+                      else self.split(self._not_recent(keys)))
         self._remember(maybe)
         return new
+
+    def _missing_c(self, keys: list[str], table: mmap.mmap | None = None,
+                   buckets: int | None = None) -> tuple[list[str], list[str]]:
+        """By the C twin: (keys not seen, keys found seen past the memo), testing set bits
+        against `table` (a mapped FingerprintTable of `buckets`) when one is given."""
+        assert _seenbits is not None  # (the callers check)
+        return _seenbits.missing(keys, self._recent, self._older, self._map, self.bits, self.k,
+                                 table, buckets)
 
     def add(self, keys: Iterable[str]) -> None:
         """Set the bits of every key (and remember it: a page links to it again soon)."""
@@ -247,8 +251,7 @@ class ExactSeenSet:
         bitmap = self.bitmap
         table = self.table.mapped() if _seenbits is not None and self.legacy is None else None
         if table is not None:  # the same answers as below, by the C twin (_seenbits.c)
-            new, seen = _seenbits.missing(keys, bitmap._recent, bitmap._older, bitmap._map,
-                                          bitmap.bits, bitmap.k, table, self.table.buckets)
+            new, seen = bitmap._missing_c(keys, table, self.table.buckets)
             bitmap._remember(seen)
             return new
         keys = bitmap._not_recent(keys)
