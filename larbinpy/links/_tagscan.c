@@ -16,7 +16,7 @@ enum { T_OTHER, T_A, T_AREA, T_BASE, T_IFRAME, T_LINK, T_IMG, T_SCRIPT, T_RAW, T
        T_FRAMESET, T_PLAINTEXT };
 
 /* Character classes, one table look instead of a comparison per class (init_classes). */
-enum { C_WS = 1, C_SLASH = 2, C_GT = 4, C_EQ = 8, C_FIRST = 16 };
+enum { C_WS = 1, C_SLASH = 2, C_GT = 4, C_EQ = 8 };
 static unsigned char CLASS[256];
 
 static void init_classes(void) {
@@ -26,8 +26,6 @@ static void init_classes(void) {
     CLASS['/'] |= C_SLASH;
     CLASS['>'] |= C_GT;
     CLASS['='] |= C_EQ;
-    for (p = "abilstxnfpABILSTXNFP"; *p; p++)  /* first letters of the tags in TAGS */
-        CLASS[(unsigned char)*p] |= C_FIRST;
 }
 
 static int is_ws(unsigned char c) {
@@ -65,10 +63,20 @@ static const struct { const char *name; Py_ssize_t len; int kind; } TAGS[] = {
     {"frameset", 8, T_FRAMESET}, {"plaintext", 9, T_PLAINTEXT},
 };
 
+/* For each name length, a bit per first letter (a-z) that some tag of TAGS has: most tags
+ * (td, li, span, div, p...) are told apart from the few that matter by one look. */
+static unsigned int FIRSTS[10];
+
+static void init_firsts(void) {
+    size_t i;
+    for (i = 0; i < sizeof TAGS / sizeof TAGS[0]; i++)
+        FIRSTS[TAGS[i].len] |= 1u << (TAGS[i].name[0] - 'a');
+}
+
 static int kind_of(ptr s, Py_ssize_t len) {
     size_t i;
     unsigned char first = lower(s[0]);
-    if (len > 9 || !(CLASS[s[0]] & C_FIRST))  /* most tags: span, div, code, em... */
+    if (len > 9 || first < 'a' || first > 'z' || !(FIRSTS[len] & (1u << (first - 'a'))))
         return T_OTHER;
     for (i = 0; i < sizeof TAGS / sizeof TAGS[0]; i++)
         if (TAGS[i].len == len && (unsigned char)TAGS[i].name[0] == first
@@ -378,5 +386,6 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__tagscan(void) {
     init_classes();
+    init_firsts();
     return PyModule_Create(&module);
 }
