@@ -1,19 +1,13 @@
 /* larbinpy.links._plainlinks: the C twin of urls.py's loop over a page's cache misses
  * (`Normalizer._resolve_misses`), for the hrefs `Normalizer._tail` and `_plain` answer.
  *
- * tails(hrefs, urls, miss, origin, directory, same, max_length, sub, absolute, strip_path,
- *       query_check, href_max, room, same_room, absolute_room) -> (checked, added)
+ * tails(hrefs, urls, miss, origin, directory, same, max_length, strip_path, query_check)
  *
  * For each i whose urls[i] is `miss`, in order: a relative href's URL as `_tail` names it (a
- * URL of the table `same`, or a plain link, or None when too long) goes into urls[i] and, when
- * it is a URL and hrefs[i] is at most href_max characters, into the folder's cache `sub` the
- * way `_remember` puts it (its one object from `same`, added there if new); an absolute href's
- * ("http://", "https://") as `_resolve_one` answers it from the table or `_plain` does, cached
- * in `absolute`. An href neither can answer stays `miss` (ada-url's to answer). The loop stops
- * before an href whose caching would need more than `room` entries of the folders' caches,
- * `absolute_room` of the absolute links' or `same_room` new URLs of the table: emptying a full
- * cache and halving the table are Python's (urls.py). `checked` is where it stopped
- * (len(urls) when it did not); `added`, the folders' cache entries it made.
+ * URL of the table `same`, or a plain link, or None when too long) goes into urls[i]; an
+ * absolute href's ("http://", "https://"), as the table or `_plain` answers it. An href neither
+ * can answer stays `miss` (ada-url's to answer, and to cache: urls.py). Nothing is cached
+ * here: a plain link is checked again in less time than a cache would take to remember it.
  * tests/test_urls.py holds it to the Python loop.
  *
  * cached(hrefs, sub, absolute, miss) and distinct(urls): the rest of `resolve_upto` in C, the
@@ -287,90 +281,27 @@ static int is_absolute(PyObject *href) {
     return (n >= 7 && memcmp(h, "http://", 7) == 0) || (n >= 8 && memcmp(h, "https://", 8) == 0);
 }
 
-/* The table's one object of a URL (a new reference), added if new; NULL without an error
- * set when the table is full (Python's to halve: urls.py). */
-static PyObject *the_one(const Page *pg, PyObject *url, Py_ssize_t *same_room) {
-    PyObject *one = PyDict_GetItemWithError(pg->same, url);
-    if (one != NULL) {
-        Py_INCREF(one);
-        return one;
-    }
-    if (PyErr_Occurred() || *same_room <= 0 || PyDict_SetItem(pg->same, url, url) < 0)
-        return NULL;
-    (*same_room)--;
-    Py_INCREF(url);
-    return url;
-}
-
-/* What the limits leave the loop (its arguments). */
-typedef struct {
-    Py_ssize_t href_max, room, same_room, absolute_room, added;
-    PyObject *sub, *absolute;
-} Caches;
-
-/* One relative href as `_tail` and `_remember` answer it: a new reference to the URL, None or
- * `miss`; NULL with no error set when a cache or the table is full. */
-static PyObject *relative(const Page *pg, Caches *c, PyObject *href) {
-    PyObject *hit = tail(pg, href), *one;
-    if (hit == NULL || hit == pg->miss || hit == Py_None ||
-            PyUnicode_GET_LENGTH(href) > c->href_max)
-        return hit;
-    one = c->room > 0 ? the_one(pg, hit, &c->same_room) : NULL;
-    Py_DECREF(hit);
-    if (one != NULL && PyDict_SetItem(c->sub, href, one) < 0)
-        Py_CLEAR(one);
-    if (one != NULL)
-        c->room--, c->added++;
-    return one;
-}
-
-/* One absolute href as `_resolve_one` answers it (a URL of the table, or a plain link) and
- * caches it crawl-wide: a new reference to the URL, None or `miss`; NULL with no error set
- * when the cache or the table is full. */
-static PyObject *absolute(const Page *pg, Caches *c, PyObject *href) {
-    PyObject *url, *key;
-    int failed;
-    if (c->absolute_room <= 0)
-        return NULL;
-    url = PyDict_GetItemWithError(pg->same, href);  /* canonical already */
-    if (url != NULL)
+/* An absolute href as `_resolve_one` answers it without ada-url: a new reference to the
+ * table's URL (canonical already), to a plain link's, to None, or to `miss`; NULL on an error. */
+static PyObject *absolute(const Page *pg, PyObject *href) {
+    PyObject *url = PyDict_GetItemWithError(pg->same, href);
+    if (url != NULL) {
         Py_INCREF(url);
-    else if (PyErr_Occurred() || (url = plain(pg, href)) == NULL || url == pg->miss)
         return url;
-    if (PyUnicode_GET_LENGTH(href) > c->href_max)
-        return url;
-    if (url != Py_None) {
-        PyObject *one = the_one(pg, url, &c->same_room);
-        Py_DECREF(url);
-        if (one == NULL)
-            return NULL;
-        url = one;
     }
-    /* one object, not two equal ones (urls.py) */
-    key = url != Py_None && PyUnicode_Compare(url, href) == 0 ? url : href;
-    failed = PyErr_Occurred() || PyDict_SetItem(c->absolute, key, url) < 0;
-    if (failed) {
-        Py_DECREF(url);
-        return NULL;
-    }
-    c->absolute_room--;
-    return url;
+    return PyErr_Occurred() ? NULL : plain(pg, href);
 }
 
 static PyObject *tails(PyObject *self, PyObject *args) {
     PyObject *hrefs, *urls, *origin;
-    Py_ssize_t i, count;
+    Py_ssize_t i;
     Page pg;
-    Caches c = {0};
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!OUUO!nO!O!pOnnnn", &PyList_Type, &hrefs, &PyList_Type,
-                          &urls, &pg.miss, &origin, &pg.directory, &PyDict_Type, &pg.same,
-                          &pg.max_length, &PyDict_Type, &c.sub, &PyDict_Type, &c.absolute,
-                          &pg.strip_path, &pg.query_check, &c.href_max, &c.room, &c.same_room,
-                          &c.absolute_room))
+    if (!PyArg_ParseTuple(args, "O!O!OUUO!npO", &PyList_Type, &hrefs, &PyList_Type, &urls,
+                          &pg.miss, &origin, &pg.directory, &PyDict_Type, &pg.same,
+                          &pg.max_length, &pg.strip_path, &pg.query_check))
         return NULL;
-    count = PyList_GET_SIZE(urls);
-    if (PyList_GET_SIZE(hrefs) != count || !PyUnicode_IS_ASCII(origin)
+    if (PyList_GET_SIZE(hrefs) != PyList_GET_SIZE(urls) || !PyUnicode_IS_ASCII(origin)
             || !PyUnicode_IS_ASCII(pg.directory)) {
         PyErr_SetString(PyExc_ValueError, "hrefs and urls differ in length, or a base is not "
                         "canonical (ASCII)");
@@ -387,20 +318,17 @@ static PyObject *tails(PyObject *self, PyObject *args) {
         if (PyList_GET_ITEM(urls, i) != pg.miss)
             continue;
         Py_INCREF(href);  /* a call of query_check may run any code */
-        hit = is_absolute(href) ? absolute(&pg, &c, href) : relative(&pg, &c, href);
+        hit = is_absolute(href) ? absolute(&pg, href) : tail(&pg, href);
         Py_DECREF(href);
-        if (hit == NULL) {
-            if (PyErr_Occurred())
-                return NULL;
-            break;  /* a full cache or table: Python's to empty (urls.py) */
-        }
+        if (hit == NULL)
+            return NULL;
         if (hit == pg.miss || i >= PyList_GET_SIZE(urls)) {  /* (a list cut short meanwhile) */
             Py_DECREF(hit);
             continue;
         }
         PyList_SetItem(urls, i, hit);  /* steals hit */
     }
-    return Py_BuildValue("(nn)", i, c.added);
+    Py_RETURN_NONE;
 }
 
 /* cached(hrefs, sub, absolute, miss) -> (urls, missed): what resolve_upto's two maps give,

@@ -4,10 +4,8 @@ from typing import Any
 
 def tails(
     hrefs: list[str], urls: list[Any], miss: object, origin: str, directory: str,
-    same: dict[str, str], max_length: int, sub: dict[str, str | None],
-    absolute: dict[str, str | None], strip_path: bool, query_check: object, href_max: int,
-    room: int, same_room: int, absolute_room: int, /,
-) -> tuple[int, int]: ...
+    same: dict[str, str], max_length: int, strip_path: bool, query_check: object, /,
+) -> None: ...
 
 def cached(
     hrefs: list[str], sub: dict[str, str | None], absolute: dict[str, str | None],

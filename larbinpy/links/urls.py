@@ -15,10 +15,11 @@ Canonical form (beyond what a browser already does):
 * only http and https URLs no longer than ``max_length`` are accepted; anything else is ``None``;
 * a host label in punycode (``xn--``) must decode to a valid label (ada-url does not check it).
 
-A page's links are mostly the ones its folder's other pages had (navigation), so answers are
-cached per base folder (and absolute links crawl-wide): ada-url runs once per new href, and
-not at all for a plain link (`Normalizer._tail`). The loop over a page's cache misses that
-`_tail` answers has a C twin (`_plainlinks.c`, built by `pip install .`), as do a page's cache
+Most hrefs are plain links, which a rule answers without a parser (`Normalizer._tail`,
+`_plain`); ada-url's answers for the rest are cached per base folder (and absolute links
+crawl-wide), so it runs once per new href it must parse. Plain links are not cached: the rule
+answers one again in less time than a cache takes to remember it. The loop over a page's
+cache misses that the rule answers has a C twin (`_plainlinks.c`, built by `pip install .`), as do a page's cache
 lookups and the de-duplication of its links (`_resolve_page`), the pure-Python code running
 where it was not built or with LARBINPY_PURE=1 in the environment.
 """
@@ -190,9 +191,9 @@ class Normalizer:
                       hrefs: list[str]) -> list[str]:
         """A page's links, each once in the order first found (what `resolve_upto` returns
         without a limit)."""
-        # Most of a page's hrefs were seen on an earlier page of the same folder (navigation):
-        # one C-level pass answers them from the cache; only the misses run Python code. (Raw
-        # duplicates are looked up twice: cheaper than removing them first.)
+        # One C-level pass answers the hrefs an earlier page of the folder had ada-url parse;
+        # only the misses run Python code. (Raw duplicates are looked up twice: cheaper than
+        # removing them first.)
         urls = list(map(sub.get, hrefs, repeat(_MISS, len(hrefs))))
         if _MISS in urls:
             # absolute hrefs live in the crawl-wide cache; the folder's answers are its default
@@ -214,37 +215,16 @@ class Normalizer:
 
     def _resolve_misses(self, info: _BaseInfo, sub: dict[str, str | None], hrefs: list[str],
                         urls: list[str | None | _Miss]) -> None:
-        """Resolve the hrefs the caches missed (`urls[i]` is _MISS), in place: most are the
-        tail of a URL produced already or plain links (`_tail`), remembered for the folder
-        (such an href starts with a path: the folder may share it); the rest, and absolute
-        links (their cache is crawl-wide), go to `_resolve_link`."""
-        tail = self._tail
-        checked = self._c_tails(info, sub, hrefs, urls) if _plainlinks is not None else 0
+        """Resolve the hrefs the caches missed (`urls[i]` is _MISS), in place: plain links and
+        URLs of the table by the C twin's loop when it is built (`_plainlinks.tails`), the
+        rest by `_resolve_link` (which answers those too, in Python)."""
+        if _plainlinks is not None:
+            _plainlinks.tails(hrefs, urls, _MISS, info.origin, info.directory, self._same,
+                              self.max_length, self._path_strip is not None,
+                              self._query_needs_strip)
         for i, url in enumerate(urls):
-            if url is not _MISS:
-                continue
-            href = hrefs[i]
-            hit = tail(info, href) if i >= checked else _MISS  # (before `checked`: no tail)
-            if hit is _MISS:
-                urls[i] = self._resolve_link(info, sub, href)
-                continue
-            urls[i] = hit
-            if len(href) <= _CACHE_HREF_MAX and hit is not None:
-                self._remember(info, sub, href, hit)
-
-    def _c_tails(self, info: _BaseInfo, sub: dict[str, str | None], hrefs: list[str],
-                 urls: list[str | None | _Miss]) -> int:
-        """The loop of `_resolve_misses` over the hrefs `_tail` and `_plain` answer, by the C
-        twin (`_plainlinks.c`), up to where a full cache or table must be emptied (Python's to
-        do, then): how far it went."""
-        assert _plainlinks is not None  # (the caller checks)
-        checked, added = _plainlinks.tails(
-            hrefs, urls, _MISS, info.origin, info.directory, self._same, self.max_length, sub,
-            self._absolute, self._path_strip is not None, self._query_needs_strip,
-            _CACHE_HREF_MAX, _CACHE_MAX - self._cache_size, _URLS_MAX - len(self._same),
-            _CACHE_MAX - len(self._absolute))
-        self._cache_size += added
-        return checked
+            if url is _MISS:
+                urls[i] = self._resolve_link(info, sub, hrefs[i])
 
     def _resolve_link(
         self, info: _BaseInfo | None, sub: dict[str, str | None] | None, href: str
@@ -279,8 +259,16 @@ class Normalizer:
             hit = self._absolute.get(href, _MISS)
             if hit is not _MISS:
                 return hit
-            # a URL this normalizer produced is canonical, and normalizing is idempotent
-            result = self._same.get(href) or self.normalize(href)
+            # A URL this normalizer produced is canonical (normalizing is idempotent), and a
+            # plain link is its own answer: neither is cached, as each is answered again in
+            # less time than a cache takes to remember it; ada-url's answers are.
+            known = self._same.get(href)
+            if known is not None:
+                return known
+            result = self._plain(href)
+            if result is not _MISS:
+                return result
+            result = self._parse_ada(href, None)
             if len(self._absolute) >= _CACHE_MAX:
                 self._absolute.clear()  # bounded memory, as for the per-directory cache
             if len(href) <= _CACHE_HREF_MAX:
@@ -296,7 +284,9 @@ class Normalizer:
         if info is None:
             return self.normalize(href)
         tail = self._tail(info, href)
-        result = self._parse(href, info) if tail is _MISS else tail
+        if tail is not _MISS:
+            return tail  # a plain link or a URL of the table: not cached (see above)
+        result = self._parse(href, info)
         # Results that depend on the base's file name or query must not be shared per-directory.
         if sub is not None and len(href) <= _CACHE_HREF_MAX and not _uses_whole_base(href):
             self._remember(info, sub, href, result)
@@ -314,8 +304,8 @@ class Normalizer:
             sub.clear()
             self._cache[info.directory] = sub
             self._cache_size = 1  # the slice itself, as _subcache counts it
-        # One object per URL: the same URL reached by "p1.html", "/p1.html" and "http://h/p1.html"
-        # is one string in both caches and the seen-set's memo, not three. Resolution is
+        # One object per URL: the same URL reached by "p;1", "/p;1" and "http://h/p;1" is one
+        # string in both caches and the seen-set's memo, not three. Resolution is
         # memory-bound (each link is a lookup in a large dict), and fewer objects mean fewer
         # cache lines read and less memory (docs/benchmarks.md). (Our own table, bounded like
         # the caches, not sys.intern: CPython 3.12.0-3.12.5 never frees interned strings.)
