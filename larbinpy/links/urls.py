@@ -19,9 +19,9 @@ Most hrefs are plain links, which a rule answers without a parser (`Normalizer._
 `_plain`); ada-url's answers for the rest are cached per base folder (and absolute links
 crawl-wide), so it runs once per new href it must parse. Plain links are not cached: the rule
 answers one again in less time than a cache takes to remember it. The loop over a page's
-cache misses that the rule answers has a C twin (`_plainlinks.c`, built by `pip install .`), as do a page's cache
-lookups and the de-duplication of its links (`_resolve_page`), the pure-Python code running
-where it was not built or with LARBINPY_PURE=1 in the environment.
+cache misses that the rule answers has a C twin (`_plainlinks.c`, built by `pip install .`),
+as do a page's cache lookups and the de-duplication of its links (`_resolve_page`), the
+pure-Python code running where it was not built or with LARBINPY_PURE=1 in the environment.
 """
 
 from __future__ import annotations
