@@ -12,6 +12,7 @@
  * buffer `table` of `buckets` buckets the way `FingerprintTable.contains` does: found, seen;
  * absent, missing. `missing` is the missing keys in the order given; `seen` the keys found
  * seen past the two sets (seen.py remembers them). tests/test_seen.py holds it to seen.py.
+ * Keys are answered a batch at a time, the memory their tests read asked for first (BATCH).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -24,20 +25,71 @@
 #define FP_SEED 0x9E3779B97F4A7C15ULL /* seen._FP_SEED */
 #define SLOTS 256                     /* fptable.SLOTS: uint64 slots a bucket */
 #define WINDOW 16                     /* fptable.WINDOW: slots read from the home slot */
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)(p))
+#endif
+
+/* A key of the batch being answered: its answer so far, and what its bits and fingerprint
+ * are computed from. */
+typedef struct {
+    PyObject *key; /* a reference held while the batch is answered */
+    int answer;    /* 1 seen in the sets, 2 seen past them, 0 missing, 3 to be tested */
+    uint64_t h1, h2, fp;
+} Pending;
+
+/* Keys are answered BATCH at a time: their hashes first, with the bitmap's bytes and the
+ * table's windows they will read asked of memory at once (prefetched), then the tests. On a
+ * large crawl those reads are cache misses; one after another they were most of the cost. */
+#define BATCH 32
+
+/* The key's bit positions' source (h1, h2), its fingerprint, and the memory they read asked
+ * for: 0, or -1 on an error (a key that is not str, or has a lone surrogate). */
+static int prepare(Pending *pk, const unsigned char *map, uint64_t bits, long k,
+                   const uint64_t *table, uint64_t buckets) {
+    const char *s;
+    Py_ssize_t n;
+    long i;
+    if (!PyUnicode_Check(pk->key)) {
+        PyErr_SetString(PyExc_TypeError, "keys must be str");
+        return -1;
+    }
+    if ((s = PyUnicode_AsUTF8AndSize(pk->key, &n)) == NULL)
+        return -1; /* (as key.encode() fails: a lone surrogate) */
+    if (k == 1) {
+        pk->h1 = XXH3_64bits(s, (size_t)n);
+        pk->h2 = 0;
+        PREFETCH(map + ((pk->h1 % bits) >> 3));
+    } else {
+        XXH128_hash_t h = XXH3_128bits(s, (size_t)n);
+        pk->h1 = h.low64, pk->h2 = h.high64 | 1;
+        for (i = 0; i < k && i < 4; i++)
+            PREFETCH(map + ((uint64_t)(((unsigned __int128)pk->h1
+                                        + (unsigned __int128)i * pk->h2) % bits) >> 3));
+    }
+    if (table != NULL) {
+        uint64_t fp = XXH3_64bits_withSeed(s, (size_t)n, FP_SEED);
+        const uint64_t *home;
+        pk->fp = fp ? fp : 1;
+        home = table + (pk->fp % buckets) * SLOTS + (unsigned)((pk->fp >> 40) % SLOTS);
+        PREFETCH(home);
+        PREFETCH(home + WINDOW - 1);
+    }
+    return 0;
+}
 
 /* Whether every bit of the key is set (1), or not (0). */
-static int all_set(const char *s, Py_ssize_t n, const unsigned char *map, uint64_t bits, long k) {
+static int all_set(const Pending *pk, const unsigned char *map, uint64_t bits, long k) {
     uint64_t p;
     long i;
     if (k == 1) {
-        p = XXH3_64bits(s, (size_t)n) % bits;
+        p = pk->h1 % bits;
         return (map[p >> 3] >> (p & 7)) & 1;
     }
-    XXH128_hash_t h = XXH3_128bits(s, (size_t)n);
-    uint64_t h1 = h.low64, h2 = h.high64 | 1;
     for (i = 0; i < k; i++) {
         /* Python's integers do not wrap: the sum is taken in 128 bits before the modulo */
-        p = (uint64_t)(((unsigned __int128)h1 + (unsigned __int128)i * h2) % bits);
+        p = (uint64_t)(((unsigned __int128)pk->h1 + (unsigned __int128)i * pk->h2) % bits);
         if (!((map[p >> 3] >> (p & 7)) & 1))
             return 0;
     }
@@ -65,26 +117,35 @@ static int stored(const uint64_t *table, uint64_t buckets, uint64_t fp) {
     return 0;
 }
 
-/* The key's answer: 1 seen in the sets, 2 seen past them, 0 missing, -1 an error. */
-static int answer(PyObject *key, PyObject *recent, PyObject *older, const unsigned char *map,
-                  uint64_t bits, long k, const uint64_t *table, uint64_t buckets) {
-    const char *s;
-    Py_ssize_t n;
-    int r;
-    if ((r = PySet_Contains(recent, key)) != 0 || (r = PySet_Contains(older, key)) != 0)
-        return r;
-    if (!PyUnicode_Check(key)) {
-        PyErr_SetString(PyExc_TypeError, "keys must be str");
-        return -1;
+/* Answer one batch into `out` and `seen`: 0, or -1 on an error. The keys' references are
+ * given back here, whatever happens. */
+static int answer_batch(Pending *batch, Py_ssize_t count, PyObject *recent, PyObject *older,
+                        const unsigned char *map, uint64_t bits, long k,
+                        const uint64_t *table, uint64_t buckets, PyObject *out,
+                        PyObject *seen) {
+    Py_ssize_t j;
+    int failed = 0;
+    for (j = 0; j < count && !failed; j++) {
+        Pending *pk = &batch[j];
+        int r = PySet_Contains(recent, pk->key);
+        if (r == 0)
+            r = PySet_Contains(older, pk->key);
+        if (r < 0 || (r == 0 && prepare(pk, map, bits, k, table, buckets) < 0))
+            failed = 1;
+        pk->answer = r ? 1 : 3;
     }
-    if ((s = PyUnicode_AsUTF8AndSize(key, &n)) == NULL)
-        return -1; /* (as key.encode() fails: a lone surrogate) */
-    if (!all_set(s, n, map, bits, k))
-        return 0;
-    if (table == NULL)
-        return 2;
-    uint64_t fp = XXH3_64bits_withSeed(s, (size_t)n, FP_SEED);
-    return stored(table, buckets, fp ? fp : 1) ? 2 : 0;
+    for (j = 0; j < count && !failed; j++) {
+        Pending *pk = &batch[j];
+        if (pk->answer == 3)
+            pk->answer = !all_set(pk, map, bits, k) ? 0
+                         : table == NULL || stored(table, buckets, pk->fp) ? 2 : 0;
+        if ((pk->answer == 0 && PyList_Append(out, pk->key) < 0)
+                || (pk->answer == 2 && PyList_Append(seen, pk->key) < 0))
+            failed = 1;
+    }
+    for (j = 0; j < count; j++)
+        Py_DECREF(batch[j].key);
+    return failed ? -1 : 0;
 }
 
 static PyObject *missing(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -93,6 +154,7 @@ static PyObject *missing(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     unsigned long long bits, buckets = 0;
     long k;
     Py_ssize_t i;
+    Pending batch[BATCH];
     (void)self;
     if (nargs != 8) {
         PyErr_SetString(PyExc_TypeError, "missing() takes 8 arguments");
@@ -130,21 +192,17 @@ static PyObject *missing(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     if ((out = PyList_New(0)) == NULL || (seen = PyList_New(0)) == NULL)
         goto done;
-    /* the size is read on every key: a set lookup may run Python code (a key's __eq__) */
-    for (i = 0; i < PyList_GET_SIZE(keys); i++) {
-        PyObject *key = PyList_GET_ITEM(keys, i);
-        int r;
-        Py_INCREF(key);
-        r = answer(key, recent, older, (const unsigned char *)bitmap.buf, bits, k,
-                   table.buf ? (const uint64_t *)table.buf : NULL, buckets);
-        if (r == 0)
-            r = PyList_Append(out, key);
-        else if (r == 2)
-            r = PyList_Append(seen, key);
-        else if (r == 1)
-            r = 0;
-        Py_DECREF(key);
-        if (r < 0)
+    /* the size is read on every key: a set lookup may run Python code (a key's __eq__), and
+     * the batch holds its keys' references */
+    for (i = 0; i < PyList_GET_SIZE(keys);) {
+        Py_ssize_t count = 0;
+        while (count < BATCH && i < PyList_GET_SIZE(keys)) {
+            batch[count].key = PyList_GET_ITEM(keys, i++);
+            Py_INCREF(batch[count++].key);
+        }
+        if (answer_batch(batch, count, recent, older, (const unsigned char *)bitmap.buf, bits,
+                         k, table.buf ? (const uint64_t *)table.buf : NULL, buckets, out,
+                         seen) < 0)
             goto done;
     }
     result = PyTuple_Pack(2, out, seen);
