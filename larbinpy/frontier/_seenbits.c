@@ -31,18 +31,27 @@
 #define PREFETCH(p) ((void)(p))
 #endif
 
+#define PREFETCHED 4 /* bit positions a key computes (and asks memory for) before its test */
+
 /* A key of the batch being answered: its answer so far, and what its bits and fingerprint
  * are computed from. */
 typedef struct {
     PyObject *key; /* a reference held while the batch is answered */
     int answer;    /* 1 seen in the sets, 2 seen past them, 0 missing, 3 to be tested */
     uint64_t h1, h2, fp;
+    uint64_t pos[PREFETCHED]; /* its first bit positions (all of them for k <= PREFETCHED) */
 } Pending;
 
 /* Keys are answered BATCH at a time: their hashes first, with the bitmap's bytes and the
  * table's windows they will read asked of memory at once (prefetched), then the tests. On a
  * large crawl those reads are cache misses; one after another they were most of the cost. */
 #define BATCH 32
+
+/* The key's i-th bit position for k > 1. Python's integers do not wrap: the sum is taken in
+ * 128 bits before the modulo. */
+static uint64_t position(const Pending *pk, long i, uint64_t bits) {
+    return (uint64_t)(((unsigned __int128)pk->h1 + (unsigned __int128)i * pk->h2) % bits);
+}
 
 /* The key's bit positions' source (h1, h2), its fingerprint, and the memory they read asked
  * for: 0, or -1 on an error (a key that is not str, or has a lone surrogate). */
@@ -60,14 +69,15 @@ static int prepare(Pending *pk, const unsigned char *map, uint64_t bits, long k,
     if (k == 1) {
         pk->h1 = XXH3_64bits(s, (size_t)n);
         pk->h2 = 0;
-        PREFETCH(map + ((pk->h1 % bits) >> 3));
+        pk->pos[0] = pk->h1 % bits;
     } else {
         XXH128_hash_t h = XXH3_128bits(s, (size_t)n);
         pk->h1 = h.low64, pk->h2 = h.high64 | 1;
-        for (i = 0; i < k && i < 4; i++)
-            PREFETCH(map + ((uint64_t)(((unsigned __int128)pk->h1
-                                        + (unsigned __int128)i * pk->h2) % bits) >> 3));
+        for (i = 0; i < k && i < PREFETCHED; i++)
+            pk->pos[i] = position(pk, i, bits);
     }
+    for (i = 0; i < k && i < PREFETCHED; i++)
+        PREFETCH(map + (pk->pos[i] >> 3));
     if (table != NULL) {
         uint64_t fp = XXH3_64bits_withSeed(s, (size_t)n, FP_SEED);
         const uint64_t *home;
@@ -81,15 +91,9 @@ static int prepare(Pending *pk, const unsigned char *map, uint64_t bits, long k,
 
 /* Whether every bit of the key is set (1), or not (0). */
 static int all_set(const Pending *pk, const unsigned char *map, uint64_t bits, long k) {
-    uint64_t p;
     long i;
-    if (k == 1) {
-        p = pk->h1 % bits;
-        return (map[p >> 3] >> (p & 7)) & 1;
-    }
     for (i = 0; i < k; i++) {
-        /* Python's integers do not wrap: the sum is taken in 128 bits before the modulo */
-        p = (uint64_t)(((unsigned __int128)pk->h1 + (unsigned __int128)i * pk->h2) % bits);
+        uint64_t p = i < PREFETCHED ? pk->pos[i] : position(pk, i, bits);
         if (!((map[p >> 3] >> (p & 7)) & 1))
             return 0;
     }

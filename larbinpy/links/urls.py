@@ -222,6 +222,9 @@ class Normalizer:
             _plainlinks.tails(hrefs, urls, _MISS, info.origin, info.directory, self._same,
                               self.max_length, self._path_strip is not None,
                               self._query_needs_strip)
+        # (The rest take the whole path again, caches and rule included: an href twice on the
+        # page was parsed at its first, and a URL ada-url made for an earlier href of the page
+        # is in the table now, which the C loop, run before any of them, could not know.)
         for i, url in enumerate(urls):
             if url is _MISS:
                 urls[i] = self._resolve_link(info, sub, hrefs[i])
