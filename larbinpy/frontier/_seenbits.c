@@ -33,11 +33,14 @@
 
 #define PREFETCHED 4 /* bit positions a key computes (and asks memory for) before its test */
 
+/* A key's answer: what it goes into (`missing`, `seen`, neither), or not known yet. */
+enum { MISSING, IN_SETS, SEEN_PAST_SETS, UNTESTED };
+
 /* A key of the batch being answered: its answer so far, and what its bits and fingerprint
  * are computed from. */
 typedef struct {
     PyObject *key; /* a reference held while the batch is answered */
-    int answer;    /* 1 seen in the sets, 2 seen past them, 0 missing, 3 to be tested */
+    int answer;    /* MISSING, IN_SETS, SEEN_PAST_SETS or UNTESTED */
     uint64_t h1, h2, fp;
     uint64_t pos[PREFETCHED]; /* its first bit positions (all of them for k <= PREFETCHED) */
 } Pending;
@@ -136,15 +139,16 @@ static int answer_batch(Pending *batch, Py_ssize_t count, PyObject *recent, PyOb
             r = PySet_Contains(older, pk->key);
         if (r < 0 || (r == 0 && prepare(pk, map, bits, k, table, buckets) < 0))
             failed = 1;
-        pk->answer = r ? 1 : 3;
+        pk->answer = r ? IN_SETS : UNTESTED;
     }
     for (j = 0; j < count && !failed; j++) {
         Pending *pk = &batch[j];
-        if (pk->answer == 3)
-            pk->answer = !all_set(pk, map, bits, k) ? 0
-                         : table == NULL || stored(table, buckets, pk->fp) ? 2 : 0;
-        if ((pk->answer == 0 && PyList_Append(out, pk->key) < 0)
-                || (pk->answer == 2 && PyList_Append(seen, pk->key) < 0))
+        if (pk->answer == UNTESTED)
+            pk->answer = !all_set(pk, map, bits, k) ? MISSING
+                         : table == NULL || stored(table, buckets, pk->fp) ? SEEN_PAST_SETS
+                         : MISSING;
+        if ((pk->answer == MISSING && PyList_Append(out, pk->key) < 0)
+                || (pk->answer == SEEN_PAST_SETS && PyList_Append(seen, pk->key) < 0))
             failed = 1;
     }
     for (j = 0; j < count; j++)
