@@ -14,8 +14,8 @@ once, so a power loss cannot take a page the checkpoint says was done.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -52,27 +52,31 @@ def write_file(dir_fd: int, name: str, data: bytes,
 SYNCFS_FILES = 32  # from this many files on one file system, one syncfs() replaces their fsyncs
 
 
+@functools.cache
 def _load_syncfs() -> Callable[[int], int] | None:
-    """Linux's syncfs(2) from the C library, or None."""
+    """Linux's syncfs(2) from the C library, or None (looked up at the first checkpoint:
+    ctypes is not worth loading at every start)."""
     if not sys.platform.startswith("linux"):
         return None
+    import ctypes
+
     try:
         return ctypes.CDLL(None, use_errno=True).syncfs
     except (OSError, AttributeError):
         return None
 
 
-_syncfs = _load_syncfs()
-
-
 def syncfs(path: str | Path) -> bool:
     """Flush the whole file system holding `path` (one journal commit instead of one per
     file; it also writes other processes' data); False where syncfs(2) is missing."""
-    if _syncfs is None:
+    call = _load_syncfs()
+    if call is None:
         return False
     fd = os.open(path, os.O_RDONLY)
     try:
-        if _syncfs(fd) != 0:  # since Linux 5.8 it reports write-back errors
+        if call(fd) != 0:  # since Linux 5.8 it reports write-back errors
+            import ctypes
+
             code = ctypes.get_errno()
             raise OSError(code, os.strerror(code), str(path))
     finally:

@@ -36,7 +36,6 @@ from larbinpy.links.urls import Normalizer
 from larbinpy.net.backoff import BACK_OFF_STATUSES, BackOff
 from larbinpy.net.body import BodyError, read_body
 from larbinpy.net.client import LazySession, failure_kind, failure_note
-from larbinpy.net.cookies import CookieJar
 from larbinpy.net.docmemory import DocumentMemory
 from larbinpy.net.http1 import FetchError, Http1Client, split_http_url
 from larbinpy.outputs import Outputs, page_from_response
@@ -48,7 +47,8 @@ from larbinpy.stages.robots import Robots
 from larbinpy.stages.sitemaps import take_sitemap
 from larbinpy.stats import Outcome, Stats
 
-if TYPE_CHECKING:  # imported with `recrawl on` only (crawler.py)
+if TYPE_CHECKING:  # loaded when asked for: cookies with `cookies`, revisits with `recrawl on`
+    from larbinpy.net.cookies import CookieJar
     from larbinpy.stages.revisits import Answer, Revisits
 
 Response = Any  # an aiohttp.ClientResponse or an http1.Response: both read alike (http1.py)
@@ -105,7 +105,7 @@ class Reader:
         # a job a site asked us to retry (429/503) goes back to its site's queue
         self.sites = sites
         self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites)
-        self.cookies = CookieJar() if cfg.cookies else None
+        self.cookies = _cookie_jar() if cfg.cookies else None
         self.parser = parser  # 2xx pages go on to it (links, outputs)
         self.crawl_log = crawl_log  # each job's final line
         self.revisits = revisits  # recrawl on: validators, digests, the schedule
@@ -325,6 +325,13 @@ class Reader:
             self.contents.add([digest])
             return False
         return True
+
+
+def _cookie_jar() -> CookieJar:
+    """A jar for `cookies` (its module is loaded only then: most crawls keep none)."""
+    from larbinpy.net.cookies import CookieJar
+
+    return CookieJar()
 
 
 def _path(url: str, key: str) -> str:
