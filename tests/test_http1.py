@@ -513,6 +513,49 @@ async def test_chunked_body_is_dechunked_and_head_accessors_behave(serve, make_c
         assert len(server.peers) == 1
 
 
+@pytest.mark.parametrize("at_once", [True, False], ids=["arrived-whole", "arriving"])
+async def test_body_limits_are_the_same_whether_the_body_has_arrived_or_not(
+        serve, make_client, at_once):
+    # a body all in when it is read skips the chunk loop (`Response.whole_body`): the limits
+    # must answer as they do while it arrives in pieces
+    from larbinpy.net.body import BodyError, read_body
+
+    body = bytes(range(256)) * 40  # 10,240 bytes, chunked: no length to refuse it up front
+    pieces = [body[i:i + 1000] for i in range(0, len(body), 1000)]
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+    async def answers(peer: Peer) -> None:
+        while await peer.request() is not None:
+            if at_once:
+                await peer.send(head + chunked)
+                continue
+            await peer.send(head)
+            for i in range(0, len(chunked), 3000):
+                await asyncio.sleep(0.01)
+                await peer.send(chunked[i:i + 3000])
+
+    async def read(limit: int, truncate: bool = False) -> bytes | str:
+        resp = await client.get(HOST, server.port, "/")
+        try:
+            if at_once:
+                await until(lambda: resp.complete, "the whole response")
+            else:
+                assert not resp.complete
+            return (await read_body(resp, limit, truncate=truncate)).data
+        except BodyError as exc:
+            return exc.kind.name
+        finally:
+            resp.release()
+
+    async with asyncio.timeout(LIMIT):
+        server = await serve(answers)
+        client = make_client()
+        assert await read(len(body)) == body
+        assert await read(len(body) - 1) == "tooBig"
+        assert await read(4321, truncate=True) == body[:4321]
+
+
 async def test_missing_content_type_is_octet_stream_and_missing_length_is_none(serve, make_client):
     async def answer(peer: Peer) -> None:
         await peer.request()

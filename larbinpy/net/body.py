@@ -162,6 +162,11 @@ async def _read_body(
     if limit_reading is not None:  # http1.Response: it watches every byte and the rate itself
         limit_reading(limit, min_rate, MIN_RATE_GRACE, truncate)
         min_rate = 0.0
+        whole = resp.whole_body() if inflate is None and limiter is None else None
+        if whole is not None:  # all in already (the limits above saw every byte of it)
+            if not _took(got, whole, whole, limit, keep_raw, truncate) and _short(got, keep_raw):
+                await got.reserve(keep_raw)
+            return got.body(limit, keep_raw)
     else:  # aiohttp's: its connection counts the body's bytes, if it is a CountingHandler
         from larbinpy.net import aio  # loaded already: this response is aiohttp's
 
@@ -237,22 +242,36 @@ async def _read(
     """`read_body`'s loop: the chunks into `got` as they come, decoded, under the limits."""
     start = time.monotonic() - got.waited  # minRate's clock, less the waits for memory to come
     async for chunk in resp.content.iter_any():
-        got.wire += len(chunk)
-        if keep_raw:
-            got.raw.append(chunk)
         out = inflate(chunk, limit - got.size) if inflate is not None else chunk
-        got.size += len(out)
-        got.data.append(out)
-        if got.size > limit or got.wire > limit:
-            if truncate:
-                return
-            raise BodyError(Outcome.tooBig)
-        if got.memory is not None and got.size + (got.wire if keep_raw else 0) > got.reserved:
+        if _took(got, chunk, out, limit, keep_raw, truncate):
+            return
+        if _short(got, keep_raw):
             await got.reserve(keep_raw)
         if limiter is not None:
             await limiter.take(len(chunk))
         if min_rate:
             _check_rate(got.wire, start + got.waited, min_rate)
+
+
+def _took(got: _Got, chunk: bytes, out: bytes, limit: int, keep_raw: bool,
+          truncate: bool) -> bool:
+    """Add a chunk as received and as decoded (`out`) to `got`: True when the body ends there
+    (cut at `limit`), BodyError(tooBig) when it is over `limit` and may not be cut."""
+    got.wire += len(chunk)
+    if keep_raw:
+        got.raw.append(chunk)
+    got.size += len(out)
+    got.data.append(out)
+    if got.size > limit or got.wire > limit:
+        if truncate:
+            return True
+        raise BodyError(Outcome.tooBig)
+    return False
+
+
+def _short(got: _Got, keep_raw: bool) -> bool:
+    """Does `got` hold more than it took from its memory reservation?"""
+    return got.memory is not None and got.size + (got.wire if keep_raw else 0) > got.reserved
 
 
 def _check_rate(nbytes: int, start: float, min_rate: float) -> None:

@@ -70,12 +70,16 @@ class Headers:
 
     def get(self, name: str, default: Any = None) -> Any:
         """The first value of `name`, or `default`."""
-        key = self._key(name)
-        if key is None:
-            return self.multidict().get(name, default)
-        assert self._first is not None  # (a key is made only then)
-        value = self._first.get(key)
-        return default if value is None else _text(value)
+        # (the stages ask a few names, each many times: a known name's lookup is two dict
+        # gets here, without a call to _key)
+        first, key = self._first, _KEYS.get(name)
+        if first is None or key is None:
+            key = self._key(name)
+            if key is None:
+                return self.multidict().get(name, default)
+            assert first is not None  # (a key is made only then)
+        value = first.get(key)
+        return default if value is None else value.decode("utf-8", "surrogateescape")
 
     def getone(self, name: str, default: Any = _ABSENT) -> str:
         """The first value of `name` (KeyError without one, unless a default is given)."""

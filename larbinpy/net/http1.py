@@ -227,6 +227,19 @@ class Response:
             else:
                 await self._wait()
 
+    def whole_body(self) -> bytes | None:
+        """The whole body, when it is all in and nothing went wrong (read without a loop or a
+        coroutine: most pages have arrived by the time their head is looked at); None while
+        it is not: `iter_any()` reads it then."""
+        if not self.complete or self.error is not None:
+            return None
+        chunks = self._chunks
+        body = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._buffered = 0
+        self._conn.resume()
+        return body
+
     def limit_reading(self, body_limit: int, min_rate: float = 0.0, grace: float = 0.0,
                       truncate: bool = False) -> None:
         """Bound the whole response, not only its content: at most `body_limit` plus
@@ -405,9 +418,12 @@ class Connection(asyncio.Protocol):
         resp.reason += status.decode("latin-1")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        """One header line."""
-        items = self._head_of_response(len(name) + len(value) + 4)._head_items
-        if len(items) >= MAX_HEADERS:
+        """One header line (`_head_of_response`'s checks, written out: a page has a dozen)."""
+        resp = self.response
+        assert resp is not None
+        self.head_bytes += len(name) + len(value) + 4
+        items = resp._head_items
+        if self.head_bytes > MAX_HEAD or resp.complete or len(items) >= MAX_HEADERS:
             raise FetchError(Outcome.badHttp)
         items.append((name, value))
 
