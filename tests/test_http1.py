@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from conftest import free_port, until
 
+from larbinpy.net.body import BodyError, read_body
 from larbinpy.net.http1 import FetchError, Http1Client, HttpVersion, Response, split_http_url
 
 MiB = 1024 * 1024
@@ -518,8 +519,6 @@ async def test_body_limits_are_the_same_whether_the_body_has_arrived_or_not(
         serve, make_client, at_once):
     # a body all in when it is read skips the chunk loop (`Response.whole_body`): the limits
     # must answer as they do while it arrives in pieces
-    from larbinpy.net.body import BodyError, read_body
-
     body = bytes(range(256)) * 40  # 10,240 bytes, chunked: no length to refuse it up front
     pieces = [body[i:i + 1000] for i in range(0, len(body), 1000)]
     chunked = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
