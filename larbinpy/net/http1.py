@@ -266,7 +266,7 @@ class Response:
 
     def _wait(self) -> asyncio.Future[None]:
         """A future the connection resolves on its next event."""
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._waiter = self._conn.pool.loop.create_future()
         return self._waiter
 
     def _wake(self) -> None:

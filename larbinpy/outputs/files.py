@@ -100,13 +100,13 @@ class Unsynced:
         self.files: dict[str, set[str]] = {}  # folder -> names written in it
         self.folders: set[str] = set()  # folders whose entries changed (created, renamed)
 
-    def wrote(self, folder: str | Path, name: str) -> None:
-        """A file `name` in `folder` was created or written (its folder's entry too)."""
+    def wrote(self, folder: str | Path, *names: str) -> None:
+        """Files `names` in `folder` were created or written (their folder's entries too)."""
         key = str(folder)
-        names = self.files.get(key)
-        if names is None:
-            names = self.files[key] = set()
-        names.add(name)
+        known = self.files.get(key)
+        if known is None:
+            known = self.files[key] = set()
+        known.update(names)
         self.folders.add(key)
 
     def changed(self, folder: str | Path) -> None:

@@ -35,7 +35,7 @@ class SaveOutput:
         self.file_no = 0
         self.index: AppendFile | None = None
         self.dir_fd = -1  # the current folder, open: files are created relative to it
-        self.folder = self.root
+        self.folder = str(self.root)
         self.unsynced = Unsynced()  # made durable by flush(), at each checkpoint
 
     def _last_dir(self) -> int:
@@ -63,7 +63,7 @@ class SaveOutput:
                 os.close(dir_fd)  # the write is retried later: no descriptor left behind
                 raise
             self.dir_fd = dir_fd
-            self.folder = folder
+            self.folder = str(folder)
         return self.index
 
     def write(self, page: Page) -> None:
@@ -77,8 +77,7 @@ class SaveOutput:
         line = f"{name} {page.url} {tag}\n" if tag else f"{name} {page.url}\n"
         index.append(line.encode())
         self.file_no += 1
-        self.unsynced.wrote(self.folder, name)
-        self.unsynced.wrote(self.folder, "index")
+        self.unsynced.wrote(self.folder, name, "index")
 
     def _close_folder(self) -> None:
         """Close the folder's index and descriptor."""

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from larbinpy.config import Config
 from larbinpy.frontier.sites import Sites
@@ -62,6 +63,45 @@ class RobotsFetch(Protocol):
     def __call__(self, site: Site, /) -> Awaitable[None]: ...
 
 
+T = TypeVar("T")
+
+
+class ReadyQueue(Generic[T]):
+    """The FIFO between the opener's decisions and its workers: `put` never waits, `get`
+    waits while it is empty (asyncio.Queue's contract without its task accounting, which
+    nothing here joins: two calls a fetch instead of nine)."""
+
+    def __init__(self) -> None:
+        self._items: deque[T] = deque()
+        self._getters: deque[asyncio.Future[T]] = deque()
+
+    def put(self, item: T) -> None:
+        """Hand `item` to the longest-waiting worker, or queue it."""
+        getters = self._getters
+        while getters:
+            getter = getters.popleft()
+            if not getter.done():  # (a worker cancelled while it waited has gone)
+                getter.set_result(item)
+                return
+        self._items.append(item)
+
+    async def get(self, loop: asyncio.AbstractEventLoop) -> T:
+        """The next item, when there is one."""
+        if self._items:
+            return self._items.popleft()
+        getter: asyncio.Future[T] = loop.create_future()
+        self._getters.append(getter)
+        try:
+            return await getter
+        except asyncio.CancelledError:
+            if getter.done() and not getter.cancelled():  # handed over, then cancelled
+                self._items.appendleft(getter.result())
+            raise
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 class Opener:
     """Ready queue, politeness clocks and the fetch workers."""
 
@@ -74,13 +114,15 @@ class Opener:
         self.fetch_page, self.fetch_robots = fetch_page, fetch_robots
         self.per_host = cfg.connections_per_host
         # each entry holds one of its IP's places (`IpSlot.in_ready`) until a worker takes it
-        self.ready: asyncio.Queue[tuple[Site, IpSlot]] = asyncio.Queue()
+        self.ready: ReadyQueue[tuple[Site, IpSlot]] = ReadyQueue()
+        self.loop: asyncio.AbstractEventLoop | None = None  # the running one, from start()
         self.in_flight = 0
         self.active: dict[int, Job] = {}  # jobs being fetched, saved by a checkpoint
         self.stopping = False
 
     def start(self) -> list[asyncio.Task[None]]:
         """The `pagesConnexions` workers."""
+        self.loop = asyncio.get_running_loop()
         return [asyncio.ensure_future(self._worker()) for _ in range(self.cfg.pages_connexions)]
 
     def consider(self, site: Site, *, front: bool = False) -> None:
@@ -89,10 +131,10 @@ class Opener:
         if site.in_ready or site.waiting_ip or site.state not in (SiteState.READY,
                                                                   SiteState.ROBOTS):
             return
-        loop = asyncio.get_running_loop()
+        loop = self.loop or asyncio.get_running_loop()
         verdict = self._verdict(site, loop.time())
         if verdict == "go":
-            self.ready.put_nowait((site, self.sites.enter_ready(site)))
+            self.ready.put((site, self.sites.enter_ready(site)))
         elif verdict == "ip":
             self._wait_ip(site, front)
         elif isinstance(verdict, float):
@@ -130,7 +172,7 @@ class Opener:
         site popped goes to the ready queue (taking a place), or parks on its own later clock,
         or leaves the FIFO (no work, or its own fetches at the limit: their end considers it).
         """
-        loop = asyncio.get_running_loop()
+        loop = self.loop or asyncio.get_running_loop()
         now = loop.time()
         while ip.waiting and ip.in_flight + ip.in_ready < self.per_host:
             if ip.ready_at > now:
@@ -155,8 +197,9 @@ class Opener:
     async def _worker(self) -> None:
         """One connection slot: take a ready site, fetch its next job, repeat."""
         loop = asyncio.get_running_loop()
+        ready = self.ready
         while not self.stopping:
-            site, ip = await self.ready.get()
+            site, ip = await ready.get(loop)
             # its place on the IP: taken by its fetch, or woken for another
             self.sites.leave_ready(site, ip)
             if self.stopping:
@@ -226,7 +269,8 @@ class Opener:
             log.exception("bug while fetching %s", job.url if job else site.key)
             self.active.pop(id(job), None)
         finally:
-            self._release(site, asyncio.get_running_loop().time(), robots=job is None)
+            self._release(site, (self.loop or asyncio.get_running_loop()).time(),
+                          robots=job is None)
 
     def _release(self, site: Site, now: float, robots: bool = False) -> None:
         """A fetch ended: restart both clocks, then wake its IP's waiters and this site."""
