@@ -93,6 +93,10 @@ class HttpVersion(NamedTuple):
     minor: int
 
 
+HTTP_11 = HttpVersion(1, 1)
+_VERSIONS = {"1.1": HTTP_11, "1.0": HttpVersion(1, 0)}  # llhttp's get_http_version(): made once
+
+
 class FetchError(Exception):
     """A fetch failed: `kind` is the outcome to count; for a timeout, `timeout` names the limit
     that ran out (timeoutConnect, timeoutRead, timeoutTotal or minRate)."""
@@ -141,13 +145,19 @@ class _Via:
 class Response:
     """One response: head known, body arriving in chunks (`content.iter_any()`)."""
 
+    __slots__ = ("_conn", "request_info", "connection", "status", "reason", "version",
+                 "raw_headers", "_head_items", "_headers", "_content_type", "_chunks",
+                 "_buffered", "head_done", "complete", "error", "got_bytes", "eof_ends_body",
+                 "keep_alive", "_waiter", "received", "started", "budget", "min_rate",
+                 "rate_grace", "cut_at_budget", "__weakref__")
+
     def __init__(self, conn: Connection, request: _RequestInfo) -> None:
         self._conn = conn
         self.request_info = request
-        self.connection = _Via(conn.transport)
+        self.connection = conn.via
         self.status = 0
         self.reason = ""
-        self.version = HttpVersion(1, 1)
+        self.version = HTTP_11
         self.raw_headers: tuple[tuple[bytes, bytes], ...] = ()
         self._head_items: list[tuple[bytes, bytes]] = []
         self._headers: Headers | None = None
@@ -308,6 +318,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, pool: Pool, key: tuple[str, int]) -> None:
         self.pool, self.key = pool, key
         self.transport: asyncio.Transport | None = None
+        self.via = _Via(None)  # what its responses give as `connection` (its transport)
         self.parser: httptools.HttpResponseParser | _Closed = httptools.HttpResponseParser(self)
         self.response: Response | None = None
         self.closed = False
@@ -327,6 +338,7 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Connected."""
         self.transport = transport  # type: ignore[assignment]  # a stream's: an asyncio.Transport
+        self.via = _Via(self.transport)
 
     def data_received(self, data: bytes) -> None:
         """Bytes from the server: into the parser (which calls the on_* methods below)."""
@@ -439,8 +451,8 @@ class Connection(asyncio.Protocol):
             return
         resp.status = status
         version = parser.get_http_version()
-        resp.version = HttpVersion(int(version[0]), int(version[2])) if len(version) == 3 else \
-            HttpVersion(1, 1)
+        resp.version = _VERSIONS.get(version) or (
+            HttpVersion(int(version[0]), int(version[2])) if len(version) == 3 else HTTP_11)
         resp.raw_headers = tuple(resp._head_items)
         headers = resp.headers
         resp.keep_alive = parser.should_keep_alive()  # (llhttp forgets it once the body ends)
