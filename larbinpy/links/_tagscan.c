@@ -215,6 +215,20 @@ static Py_ssize_t script_end(ptr b, Py_ssize_t n, Py_ssize_t i) {
     return n;
 }
 
+/* The index of the next "<" from pos (-1: none). Markup-dense pages have one every few
+ * bytes: the first bytes are looked at one by one before memchr is worth its set-up. */
+static Py_ssize_t next_lt(ptr b, Py_ssize_t n, Py_ssize_t pos) {
+    Py_ssize_t stop = n - pos > 16 ? pos + 16 : n;
+    ptr lt;
+    for (; pos < stop; pos++)
+        if (b[pos] == '<')
+            return pos;
+    if (pos >= n)
+        return -1;
+    lt = memchr(b + pos, '<', (size_t)(n - pos));
+    return lt == NULL ? -1 : lt - b;
+}
+
 static int append_str(PyObject *list, ptr s, Py_ssize_t len) {
     PyObject *v = PyUnicode_DecodeUTF8((const char *)s, len, "replace");
     int r;
@@ -248,13 +262,12 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         if ((lists[k] = PyList_New(0)) == NULL)
             goto done;
     while (pos < n && !failed) {
-        ptr lt = memchr(b + pos, '<', (size_t)(n - pos));
         Py_ssize_t p, end, q;
         int kind;
         attrs_t want;
-        if (lt == NULL)
+        if ((p = next_lt(b, n, pos)) < 0)
             break;
-        p = lt - b + 1;
+        p++;
         if (p >= n)
             break;
         if (b[p] == '!' && p + 2 < n && b[p + 1] == '-' && b[p + 2] == '-') {
@@ -280,7 +293,7 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
                 break;
             if (b[p + 1] == '>') { pos = p + 2; continue; }
             end = name_end(b, n, p + 1);  /* an end tag */
-            q = read_attrs(b, n, end, NULL);
+            q = end < n && b[end] == '>' ? end + 1 : read_attrs(b, n, end, NULL);
             if (q < 0)
                 break;
             if (template > 0 && same(b + p + 1, end - p - 1, "template"))
@@ -291,6 +304,10 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         if (!is_alpha(b[p])) { pos = p; continue; }  /* a "<" that opens nothing */
         end = name_end(b, n, p);
         kind = kind_of(b + p, end - p);
+        if (kind == T_OTHER && end < n && b[end] == '>') {  /* <td>, <li>, <p>...: nothing to read */
+            pos = end + 1;
+            continue;
+        }
         memset(&want, 0, sizeof want);
         if (kind == T_A || kind == T_AREA || kind == T_BASE) {
             want.names[0] = "href";
