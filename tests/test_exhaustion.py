@@ -314,6 +314,45 @@ def test_site_records_on_a_full_disk_wait_in_memory_and_are_written_when_there_i
     assert out == {"kept": 2000, "rows": 2002, "last": 2000}
 
 
+CRAWL_LOG_ON_A_FULL_DISK = """
+import json, os, sys
+from pathlib import Path
+from larbinpy.frontier.crawllog import CrawlLog
+from larbinpy.records import Job
+from larbinpy.stats import Outcome
+d = Path(sys.argv[1])
+log = CrawlLog(d / "crawl.jsonl", d / "done", resume=False)
+# lines of odd lengths, flushed in batches of 7: the disk fills in the middle of a write
+for i in range(3000):
+    log.record(Job(f"http://h.test/{'x' * (i % 97)}/{i}", 1), Outcome.success, 200, i, 1)
+    if i % 7 == 6:
+        log.flush()
+log.flush()
+errors = log.write_errors
+log.close()
+text = (d / "crawl.jsonl").read_bytes().decode()
+done = (d / "done").read_bytes().decode()
+print(json.dumps({"errors": errors, "whole": text.endswith("\\n") and done.endswith("\\n"),
+                  "lines": [json.loads(line)["bytes"] for line in text.splitlines()],
+                  "done": len(done.splitlines())}))
+"""
+
+
+def test_the_crawl_log_on_a_full_disk_keeps_whole_lines(tmp_path: Path) -> None:
+    """Writes cut short by a full disk are taken back to the last whole line: every line
+    left parses, and they are the first ones recorded, in order."""
+    disk = tmp_path / "disk"
+    proc = subprocess.run([*tiny_disk(disk, "128k"), sys.executable, "-c",
+                           CRAWL_LOG_ON_A_FULL_DISK, str(disk)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["errors"] > 0 and out["whole"]
+    kept = out["lines"]
+    assert 0 < len(kept) < 3000 and kept == sorted(set(kept)) and kept[0] == 0
+    assert "crawl log lines lost" in proc.stderr
+
+
 # --- files cut short are repaired on open ---
 
 

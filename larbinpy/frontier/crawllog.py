@@ -142,19 +142,19 @@ class CrawlLog:
     def _write(self, fd: int, text: str) -> None:
         """Append whole lines; on an error, cut the file back to its last whole line."""
         data = text.encode("utf-8", "surrogateescape")
-        try:
-            start = os.lseek(fd, 0, os.SEEK_END)
-        except OSError:
-            start = -1
+        written = 0
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                n = os.write(fd, view)
+                written += n
+                view = view[n:]
         except OSError as exc:
             self.write_errors += 1
-            if start >= 0:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, start)
+            with contextlib.suppress(OSError):
+                # (the file is O_APPEND and ours alone: this call's bytes are its last ones,
+                # so its length is asked only when a write failed, not before every write)
+                os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_END) - written)
             if self.write_errors == 1 or self.write_errors % 1000 == 0:
                 log.warning("crawl log lines lost (%s failed so far): %s",
                             counted(self.write_errors, "write"), exc)
