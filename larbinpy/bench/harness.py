@@ -16,6 +16,7 @@ from typing import Self
 
 READY_TIMEOUT = 30.0  # seconds for the synthetic web to listen, plus READY_PER_HOST a host
 READY_PER_HOST = 1e-4  # building a million hosts' records takes a minute on a loaded machine
+READY_PER_PAGE = 1e-3  # the synthetic web renders its pages before it is ready (synth.prerender)
 STOP_TIMEOUT = 5.0
 # larbin's one-function bitmap, as configured by default: n URLs lose about n^2 / (2 * bits)
 # to false positives (a warning says so when it happens). A larger bitmap would cost RSS (every
@@ -30,10 +31,11 @@ class ChildServer:
     `HTTP_PORT DNS_PORT` to a ready file once listening; a context manager."""
 
     def __init__(self, module: str, args: list[str], workdir: Path,
-                 name: str = "web", host_count: int = 0) -> None:
-        """`host_count`: how many hosts it serves (the ready wait grows with them)."""
+                 name: str = "web", host_count: int = 0, set_up: float = 0.0) -> None:
+        """`host_count`: how many hosts it serves (the ready wait grows with them); `set_up`:
+        seconds more it may take to get ready (rendering pages first)."""
         self.module, self.args, self.name = module, args, name
-        self.host_count = host_count
+        self.host_count, self.set_up = host_count, set_up
         self.ready_file = workdir / f"{name}.ready"
         self.proc: subprocess.Popen[bytes] | None = None
         self.http_port = self.dns_port = 0
@@ -57,7 +59,7 @@ class ChildServer:
     def _wait_ready(self) -> None:
         """Poll the ready file for `HTTP_PORT DNS_PORT`, bounded by READY_TIMEOUT."""
         assert self.proc is not None
-        wait = READY_TIMEOUT + READY_PER_HOST * self.host_count
+        wait = READY_TIMEOUT + READY_PER_HOST * self.host_count + self.set_up
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -94,5 +96,6 @@ class SynthServer(ChildServer):
                          ["--hosts", str(hosts), "--pages", str(pages),
                           "--page-bytes", str(page_bytes), "--links", str(links),
                           "--page-shape", shape, "--http-port", "0", "--dns-port", "0",
-                          *serve_args], workdir, "synthetic web", hosts)
+                          *serve_args], workdir, "synthetic web", hosts,
+                         READY_PER_PAGE * hosts * pages)
         self.ready_file = workdir / "synth.ready"

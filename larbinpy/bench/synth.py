@@ -1,11 +1,13 @@
 """The synthetic web crawled by `larbinpy bench`: deterministic pages made on the fly.
 
 Host i is `h{i}.bench.test`; its pages are `/` (page 0) and `/p1.html` ... `/p{pages-1}.html`.
-A page is a pure function of (seed, host, page number, port), so nothing is stored per page:
-memory is O(hosts) for the Site list plus a bounded LRU of rendered bodies. Page n always links
-to page n+1, so everything is reachable from `/`; the other links are random, 90% on the same
-host (root-relative, relative and absolute forms mixed) and `cross_host` absolute links to other
-hosts. Every host serves a robots.txt disallowing /private/, which no page links to.
+A page is a pure function of (seed, host, page number, port), so nothing need be stored per
+page: memory is O(hosts) for the Site list plus a bounded LRU of rendered bodies. The bench's
+server (`serve`) renders a web of up to PRERENDER_BYTES before it is ready, and serves it from
+memory. Page n always links to page n+1, so everything is reachable from `/`; the other links
+are random, 90% on the same host (root-relative, relative and absolute forms mixed) and
+`cross_host` absolute links to other hosts. Every host serves a robots.txt disallowing
+/private/, which no page links to.
 
 Two page shapes carry the same links (`PAGE_SHAPES`): `plain` pages are paragraphs of text with
 one link each, a few hundred DOM nodes in 15 kB; `dense` pages are marked up like a forum or news
@@ -47,6 +49,11 @@ ROBOTS_TXT = "User-agent: *\nDisallow: /private/\n"
 _ROBOTS_PAGE = Page(body=ROBOTS_TXT.encode(), content_type="text/plain")
 _IPS_PER_BLOCK = 250  # .1 ... .250 of each /24: avoids .0 and .255, which look odd in logs
 _LRU_SIZE = 4096
+# A web up to this many bytes of pages is rendered before the server says it is ready, and
+# served from memory: rendering a page on request costs the server about as much CPU as a
+# page costs the crawler, so a crawler faster than that would wait for it, and sleeping and
+# waking after every response costs the crawler kernel time it does not pay when busy.
+PRERENDER_BYTES = 512 * 1024 * 1024
 PAGE_SHAPES = ("plain", "dense")
 DENSE_NODES_PER_KB = 140  # about; tests/test_bench.py holds the dense pages to it
 _DENSE_NAV_LINKS = 6  # the first links of a dense page are its navigation bar
@@ -133,6 +140,17 @@ class SynthFactory:
         """Change the port (e.g. once LocalWeb picked one); cached bodies become stale."""
         self._port = value
         self._render.cache_clear()
+
+    def prerender(self) -> bool:
+        """Render every page now and keep them all (False: the web is over PRERENDER_BYTES,
+        its pages are rendered when asked)."""
+        if self.hosts * self.pages * self.page_bytes > PRERENDER_BYTES:
+            return False
+        self._render = functools.lru_cache(maxsize=None)(self._render_uncached)
+        for h in range(self.hosts):
+            for n in range(self.pages):
+                self._render(h, n)
+        return True
 
     def __call__(self, host: str, path_qs: str) -> Page | None:
         """The page for host + path, or None (404) if it is not part of the synthetic web."""
@@ -339,11 +357,12 @@ def _write_ready(path: str, text: str) -> None:
 
 async def _serve(args: argparse.Namespace) -> None:
     """Serve the synthetic web until SIGTERM/SIGINT."""
-    web, dns, _ = await start_synth(
+    web, dns, factory = await start_synth(
         args.hosts, args.pages, http_port=args.http_port, dns_port=args.dns_port, record=False,
         page_bytes=args.page_bytes, links=args.links, cross_host=args.cross_host,
         seed=args.seed, max_ips=args.max_ips, shape=args.page_shape,
     )
+    factory.prerender()  # (after the port is known: absolute links carry it)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
