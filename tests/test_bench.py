@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import tempfile
+import urllib.request
 from pathlib import Path
 
 from conftest import bench_json
 
+from larbinpy.bench.harness import SynthServer
 from larbinpy.bench.measure import default_dir
+from larbinpy.bench.synth import PRERENDER_BYTES, SynthFactory, host_ip, host_name, page_path
 
 
 def test_bench_small_json() -> None:
@@ -160,3 +163,23 @@ def test_bench_crawl_of_the_dense_web_fetches_every_page() -> None:
     assert result["crawl"]["pages"] == 36
     assert result["warnings"] == []
     assert 7000 < result["crawl"]["body_bytes"] / 36 < 10000
+
+
+def test_the_bench_server_serves_from_memory_the_pages_it_would_render(tmp_path: Path) -> None:
+    """The server renders its web before it is ready: the pages it serves are byte for byte
+    those rendered on request; a web over PRERENDER_BYTES is left to render on request."""
+    with SynthServer(3, 5, tmp_path, page_bytes=4000, links=10, shape="dense") as server:
+        on_request = SynthFactory(3, 5, port=server.http_port, page_bytes=4000, links=10,
+                                  shape="dense")
+        for h in range(3):
+            for n in range(5):
+                # (the names resolve through the web's own DNS: its host's address directly)
+                request = urllib.request.Request(
+                    f"http://{host_ip(h)}:{server.http_port}{page_path(n)}",
+                    headers={"Host": f"{host_name(h)}:{server.http_port}"})
+                with urllib.request.urlopen(request, timeout=10) as answer:
+                    body = answer.read()
+                page = on_request(host_name(h), page_path(n))
+                assert page is not None and body == page.body
+    too_big = SynthFactory(PRERENDER_BYTES // 15000 + 1, 1, page_bytes=15000)
+    assert not too_big.prerender()
