@@ -58,6 +58,16 @@ def tiny_disk(directory: Path, size: str) -> list[str]:
     return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"]
 
 
+def on_tiny_disk(tmp_path: Path, size: str, code: str) -> tuple[dict, str]:
+    """Run `code` in a child whose argv[1] is a folder on a tmpfs of `size`: the JSON object
+    it prints last, and its stderr."""
+    disk = tmp_path / "disk"
+    proc = subprocess.run([*tiny_disk(disk, size), sys.executable, "-c", code, str(disk)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
 # --- the queues' files, under a real descriptor limit and on a real full disk ---
 
 SPILL_UNDER_FD_LIMIT = """
@@ -303,14 +313,9 @@ print(json.dumps({"kept": kept.pages if kept else None, "rows": len(again),
 
 def test_site_records_on_a_full_disk_wait_in_memory_and_are_written_when_there_is_room(
         tmp_path: Path) -> None:
-    disk = tmp_path / "disk"
-    proc = subprocess.run([*tiny_disk(disk, "256k"), sys.executable, "-c",
-                           SITE_RECORDS_ON_A_FULL_DISK, str(disk)],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert "cannot write the state database" in proc.stderr, proc.stderr
-    assert "can be written again" in proc.stderr, proc.stderr
+    out, stderr = on_tiny_disk(tmp_path, "256k", SITE_RECORDS_ON_A_FULL_DISK)
+    assert "cannot write the state database" in stderr, stderr
+    assert "can be written again" in stderr, stderr
     assert out == {"kept": 2000, "rows": 2002, "last": 2000}
 
 
@@ -341,16 +346,11 @@ print(json.dumps({"errors": errors, "whole": text.endswith("\\n") and done.endsw
 def test_the_crawl_log_on_a_full_disk_keeps_whole_lines(tmp_path: Path) -> None:
     """Writes cut short by a full disk are taken back to the last whole line: every line
     left parses, and they are the first ones recorded, in order."""
-    disk = tmp_path / "disk"
-    proc = subprocess.run([*tiny_disk(disk, "128k"), sys.executable, "-c",
-                           CRAWL_LOG_ON_A_FULL_DISK, str(disk)],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out, stderr = on_tiny_disk(tmp_path, "128k", CRAWL_LOG_ON_A_FULL_DISK)
     assert out["errors"] > 0 and out["whole"]
     kept = out["lines"]
     assert 0 < len(kept) < 3000 and kept == sorted(set(kept)) and kept[0] == 0
-    assert "crawl log lines lost" in proc.stderr
+    assert "crawl log lines lost" in stderr
 
 
 # --- files cut short are repaired on open ---
