@@ -115,14 +115,20 @@ class Opener:
         self.per_host = cfg.connections_per_host
         # each entry holds one of its IP's places (`IpSlot.in_ready`) until a worker takes it
         self.ready: ReadyQueue[tuple[Site, IpSlot]] = ReadyQueue()
-        self.loop: asyncio.AbstractEventLoop | None = None  # the running one, from start()
+        self._running: asyncio.AbstractEventLoop | None = None  # the loop, once `_loop` asked
         self.in_flight = 0
         self.active: dict[int, Job] = {}  # jobs being fetched, saved by a checkpoint
         self.stopping = False
 
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop, asked for once (each asking is a getpid() on Python 3.11)."""
+        loop = self._running
+        if loop is None:
+            loop = self._running = asyncio.get_running_loop()
+        return loop
+
     def start(self) -> list[asyncio.Task[None]]:
         """The `pagesConnexions` workers."""
-        self.loop = asyncio.get_running_loop()
         return [asyncio.ensure_future(self._worker()) for _ in range(self.cfg.pages_connexions)]
 
     def consider(self, site: Site, *, front: bool = False) -> None:
@@ -131,7 +137,7 @@ class Opener:
         if site.in_ready or site.waiting_ip or site.state not in (SiteState.READY,
                                                                   SiteState.ROBOTS):
             return
-        loop = self.loop or asyncio.get_running_loop()
+        loop = self._loop()
         verdict = self._verdict(site, loop.time())
         if verdict == "go":
             self.ready.put((site, self.sites.enter_ready(site)))
@@ -172,7 +178,7 @@ class Opener:
         site popped goes to the ready queue (taking a place), or parks on its own later clock,
         or leaves the FIFO (no work, or its own fetches at the limit: their end considers it).
         """
-        loop = self.loop or asyncio.get_running_loop()
+        loop = self._loop()
         now = loop.time()
         while ip.waiting and ip.in_flight + ip.in_ready < self.per_host:
             if ip.ready_at > now:
@@ -196,7 +202,7 @@ class Opener:
 
     async def _worker(self) -> None:
         """One connection slot: take a ready site, fetch its next job, repeat."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop()
         ready = self.ready
         while not self.stopping:
             site, ip = await ready.get(loop)
@@ -247,7 +253,7 @@ class Opener:
         """Reading a site's queue was refused (EMFILE, ENOMEM...): it waits SHORT_RETRY seconds;
         its queue is untouched (SiteSpill's contract), so nothing is lost."""
         self.reader.stats.resource_waits += 1
-        self.sites.hold_back(site, asyncio.get_running_loop().time() + SHORT_RETRY)
+        self.sites.hold_back(site, self._loop().time() + SHORT_RETRY)
         log.warning("cannot read the queue of %s (%s): retrying in %.0f s", site.key, exc,
                     SHORT_RETRY)
 
@@ -269,8 +275,7 @@ class Opener:
             log.exception("bug while fetching %s", job.url if job else site.key)
             self.active.pop(id(job), None)
         finally:
-            self._release(site, (self.loop or asyncio.get_running_loop()).time(),
-                          robots=job is None)
+            self._release(site, self._loop().time(), robots=job is None)
 
     def _release(self, site: Site, now: float, robots: bool = False) -> None:
         """A fetch ended: restart both clocks, then wake its IP's waiters and this site."""
