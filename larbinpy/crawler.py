@@ -25,19 +25,21 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from larbinpy import __version__
 from larbinpy.config import Config
 from larbinpy.daemon.progress import Progress
 from larbinpy.daemon.status import Figures, Gauges, RecentFailures
-from larbinpy.frontier.crawllog import CrawlLog
+from larbinpy.frontier.crawllog import CrawlLog, DoneRecord
 from larbinpy.frontier.diskqueue import DiskFrontier, SiteSpill
+from larbinpy.frontier.durable import Stores
+from larbinpy.frontier.endings import Endings
 from larbinpy.frontier.robotsdb import FileVerdicts
 from larbinpy.frontier.seen import BitmapSeenSet, open_seen_set
 from larbinpy.frontier.sitedb import SiteRecords
 from larbinpy.frontier.sites import Sites
-from larbinpy.frontier.state import Position, StateDir, saved_meta
+from larbinpy.frontier.state import StateDir, saved_meta
 from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
 from larbinpy.net.client import LazySession, make_http1
 from larbinpy.net.docmemory import DocumentMemory
@@ -55,6 +57,7 @@ from larbinpy.stages.reader import Reader
 from larbinpy.stages.robots import Robots
 from larbinpy.stages.sequencer import Sequencer
 from larbinpy.stats import Stats, counted
+from larbinpy.turn import TurnEnd
 
 if TYPE_CHECKING:
     from larbinpy.cluster import Cluster
@@ -83,7 +86,11 @@ class Crawler:
         self.cfg, self.scratch = cfg, scratch
         node_type = _node_type(cfg)  # first: a ConfigError must leave stateDir alone
         self.stats = Stats()
-        self._open_state(local=node_type.local_state)  # seen-sets, FIFOs, spill, crawl log
+        # the end of every loop turn, its phases in their order (turn.py), and the stores a
+        # checkpoint makes durable, in theirs (frontier/durable.py): both filled as parts are
+        # built
+        self.turn, self.stores = TurnEnd(), Stores()
+        self._open_state(local=node_type.local_state)  # outputs, FIFOs, spill, seen-sets
         strip = frozenset(cfg.strip_params) if cfg.strip_params is not None else None
         self.normalizer = Normalizer(
             strip_params=strip if strip is not None else DEFAULT_STRIP_PARAMS,
@@ -91,8 +98,9 @@ class Crawler:
         )
         # the seams, chosen once: the embedded defaults, or a cluster node's (node.py)
         self.node: Node = node_type(cfg, self.seen, self.frontier, self.stats)
+        records = self.stores.add("sites", SiteRecords(self.state.sites_path(), self.turn))
         self.sites = Sites(self.stats, cfg.wait_duration, self.spill, self.node.forward,
-                           crawl_log=self.crawl_log, records=SiteRecords(self.state.sites_path()),
+                           endings=self.endings, records=records,
                            page_limit=cfg.max_pages_per_site)
         self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call,
                                    cfg.max_sites_in_memory)
@@ -105,11 +113,11 @@ class Crawler:
         self.dns = Dns(cfg, self.stats, self.sites, policy, self._resolved)
         # both HTTP clients take addresses from the DNS stage; each is made at its first use
         self.session, self.http1 = LazySession(cfg, self.dns), make_http1(cfg, self.dns)
-        self.outputs = Outputs(cfg, self.stats)
         # bodies being read or parsed share one budget: a document that does not fit waits
         self.memory = DocumentMemory(cfg.document_memory, self.stats)
         # robots.txt verdicts outlive the process: stateDir's file, behind Redis in a cluster
-        self.verdicts = self.node.verdicts(FileVerdicts(self.state.robots_path()))
+        self.verdicts = self.stores.add("robots", self.node.verdicts(
+            FileVerdicts(self.state.robots_path(), self.turn)))
         self.robots = Robots(
             cfg, self.stats, self.sites, policy, session=self.session, http1=self.http1,
             memory=self.memory, store=self.verdicts,
@@ -117,12 +125,13 @@ class Crawler:
             on_sitemaps=self.input.add_sitemaps,  # Sitemap: lines, fed to input like links
         )
         self.parser = Parser(cfg, self.stats, self.normalizer, self.input, self.outputs,
-                             self.changed)
+                             self.turn, self.changed)
         self.reader = Reader(
             cfg, self.stats, self.normalizer, self.robots, self.input, self.outputs,
             BandwidthLimiter(cfg.max_bandwidth) if cfg.max_bandwidth else None, self.contents,
             parser=self.parser, keep_raw=self.outputs.keep_raw, sites=self.sites,
-            crawl_log=self.crawl_log, memory=self.memory, session=self.session, http1=self.http1,
+            endings=self.endings, turn=self.turn, memory=self.memory, session=self.session,
+            http1=self.http1,
             revisits=self.revisits,
         )
         # the node calls back into the stages built on its seams
@@ -142,6 +151,10 @@ class Crawler:
                              fetch_robots=self.node.robots_fetch(self.robots.fetch))
         # the pipeline's arrows back into the site table (built first: both need it)
         self.sites.connect(on_new_site=self.dns.submit, on_job=self.opener.consider)
+        self._subscribe()
+        if self.crawl_log is not None:
+            self.stores.add("crawl log", self.crawl_log)
+        self.stores.add("done", self.done)  # last: see `_subscribe`
         self.progress = Progress(self, enabled=progress)
         self.resumed = 0  # URLs to fetch found in stateDir at start
         self.finished_before = 0  # URLs the done-record says a killed run finished
@@ -153,17 +166,27 @@ class Crawler:
         """recrawl on: the schedule in stateDir and the stage that feeds its due visits back
         (the reader and the crawl log report every page's outcome to it)."""
         from larbinpy.frontier.schedule import GRANULARITY, Schedule
-        from larbinpy.stages.revisits import Revisits
+        from larbinpy.stages.revisits import Revisits, SiteStates
 
         # a page is popped at most a granularity late: a small share of recrawlMin
-        schedule = Schedule(self.state.schedule_dir, _schedule_position(self.saved.schedule),
-                            granularity=min(GRANULARITY, max(0.01, self.cfg.recrawl_min / 16)))
-        revisits = Revisits(self.cfg, self.stats, schedule, self.sites, self.changed,
-                            self.node.hand_over, states=self.state.schedule_dir / "sites.sqlite")
-        # the crawl log is built before the site table the revisits need: this arrow is set
-        # afterwards, like the node's `bind` and `Sites.connect`
-        self.crawl_log.scheduler = revisits.schedule_page
-        return revisits
+        schedule = self.stores.add("schedule", Schedule(
+            self.state.schedule_dir, _schedule_position(self.saved.schedule),
+            granularity=min(GRANULARITY, max(0.01, self.cfg.recrawl_min / 16))))
+        states = self.stores.add("recrawl sites", SiteStates(
+            self.state.schedule_dir / "sites.sqlite", self.turn))
+        return Revisits(self.cfg, self.stats, schedule, self.sites, self.changed,
+                        self.node.hand_over, states=states, turn=self.turn)
+
+    def _subscribe(self) -> None:
+        """Who is told every job's final outcome, in this order (the order is important): the
+        recrawl sets the page's due time, which the crawl log's line then says; the
+        done-record last, so a job is done once everything else knows it."""
+        if self.revisits is not None:
+            self.endings.subscribe(self.revisits.ended)
+        self.endings.subscribe(self.failures.ended)
+        if self.crawl_log is not None:
+            self.endings.subscribe(self.crawl_log.ended)
+        self.endings.subscribe(self.done.ended)
 
     def _open_state(self, local: bool) -> None:
         """stateDir and what lives in it: the seen-sets, the FIFOs, the site spill, the crawl
@@ -179,30 +202,31 @@ class Crawler:
             keep=() if scratch else ("schedule",),
         )
         # a cluster's seen-set is in Redis; the local bitmap is only its cache (cluster/)
-        self.seen = open_seen_set(self.state.bitmap_path("seen"), cfg.hash_size,
-                                  cfg.hash_functions, cfg.seen_set if local else "bitmap",
-                                  cfg.seen_cache)
-        self.contents = (
+        seen = open_seen_set(self.state.bitmap_path("seen"), cfg.hash_size,
+                             cfg.hash_functions, cfg.seen_set if local else "bitmap",
+                             cfg.seen_cache)
+        contents = (
             BitmapSeenSet(self.state.bitmap_path("contents"), CONTENT_BITS) if cfg.no_dup else None
         )
         self.saved = self.state.load()
         if scratch and local:
             set_aside_outputs(cfg)  # before the outputs and the crawl log open their files
+        # the order is important: the outputs first (a page's files before the URLs that say
+        # it is done), the queues before the seen-sets (a URL is never durably seen before it
+        # is durably queued); the done-record is registered last, in __init__
+        stores = self.stores
+        self.outputs = stores.add("outputs", Outputs(cfg, self.stats))
+        self.frontier = stores.add("frontier",
+                                   DiskFrontier(self.state.frontier_dir, self.saved.frontier))
+        self.spill = stores.add("spill", SiteSpill(self.state.spill_dir, self.saved.spill))
+        self.seen = stores.add("seen", seen)
+        self.contents = stores.add("contents", contents) if contents is not None else None
         self.failures = RecentFailures()  # the status page's last failures
-        self.crawl_log = CrawlLog(crawl_log_path(cfg), self.state.done_path(),
-                                  resume=local and not scratch,
-                                  before_flush=self._parse_pending,
-                                  on_record=self.failures.note)
-        self.frontier = DiskFrontier(self.state.frontier_dir, self.saved.frontier)
-        self.spill = SiteSpill(self.state.spill_dir, self.saved.spill)
-
-    def _parse_pending(self) -> None:
-        """Before the done-record is written: the pages read this turn go through the parser
-        (their links to the FIFOs, the pages to the outputs) first, and with recrawl the
-        pages' new due times."""
-        self.parser.flush()
-        if self.revisits is not None:
-            self.revisits.schedule.flush()
+        log_path = crawl_log_path(cfg)
+        self.crawl_log = CrawlLog(log_path, self.turn) if log_path is not None else None
+        self.done = DoneRecord(self.state.done_path(), local and not scratch, self.turn)
+        # every job's final outcome, to its subscribers (`_subscribe`)
+        self.endings = Endings(self.done.take_skip)
 
     # --- "is the crawl done?" ---
 
@@ -326,8 +350,8 @@ class Crawler:
     def _resume(self) -> None:
         """Put back what the last checkpoint held in memory, and restart spilled sites."""
         self.node.recover()
-        finished = self.finished_before = len(self.crawl_log.skip)
-        jobs = [j for j in self.saved.jobs if not self.crawl_log.finished_before(j.url)]
+        finished = self.finished_before = len(self.done.skip)
+        jobs = [j for j in self.saved.jobs if not self.done.take_skip(j.url)]
         # revisits in flight at the checkpoint come back from the schedule (its position is
         # the oldest popped and not put again), not from here
         jobs = [j for j in jobs if j.kind is not JobKind.REVISIT]
@@ -411,7 +435,7 @@ class Crawler:
         await asyncio.gather(*tasks, return_exceptions=True)
         # the last turn's pages: their links reach admission before the cluster leaves, and
         # the pages the hook before the outputs drain
-        self.parser.flush()
+        self.turn.run()
         await self.node.stop()  # a cluster's: flush to Redis, leave (handing over if not done)
         await self.outputs.drain()
         try:
@@ -434,7 +458,7 @@ class Crawler:
     async def checkpoint_async(self) -> None:
         """`checkpoint()`, with the outputs' per-file fsyncs in a worker thread: the crawl goes
         on meanwhile, and the checkpoint is written once they are done."""
-        self.parser.flush()
+        self.turn.run()
         taken = self.outputs.take_unsynced()  # the pages' files written up to this moment
         try:
             snapshot = self._snapshot()
@@ -445,46 +469,20 @@ class Crawler:
             raise
         self._commit(*snapshot)
 
-    def _snapshot(self) -> tuple[dict[int, Position], dict[str, Position], list[Job], int,
-                                 tuple[int, int, int] | None]:
-        """Flush and sync the outputs (those not taken) and the queues; then cursors and the
-        jobs only memory holds, as of this moment."""
-        # Order matters: pages read but not parsed go on first (their links to the frontier,
-        # the pages to the outputs); everything is synced before the cursors are taken, and
-        # files before the cursors are released only once the checkpoint naming them is on disk.
-        self.parser.flush()
-        self.outputs.flush()
-        for queue in (self.frontier, self.spill):
-            queue.flush()
-            queue.sync()
-        # after the queues: a URL is never durably seen before it is durably queued
-        self.seen.flush()
-        self.verdicts.compact()
-        if self.sites.records is not None:
-            self.sites.records.sync()
-        if self.contents is not None:
-            self.contents.flush()
-        schedule = None
-        if self.revisits is not None:
-            self.revisits.schedule.flush()
-            self.revisits.schedule.sync()
-            self.revisits.sync()
-            schedule = self.revisits.schedule.position()
-        done = self.crawl_log.mark()  # jobs finishing from now on are not in this checkpoint
-        return (self.frontier.positions(), self.spill.positions(), list(self.in_memory()),
-                done, schedule)
+    def _snapshot(self) -> tuple[dict[str, Any], list[Job]]:
+        """Every store flushed and synced (the outputs but those taken), then their positions
+        and the jobs only memory holds, as of this moment."""
+        # the turn's end first: pages read but not parsed go on (their links to the FIFOs,
+        # the pages to the outputs), the turn's final lines and due times are written
+        self.turn.run()
+        return self.stores.snapshot(), list(self.in_memory())
 
-    def _commit(self, frontier: dict[int, Position], spill: dict[str, Position],
-                jobs: list[Job], done: int, schedule: tuple[int, int, int] | None = None
-                ) -> None:
-        """Write the checkpoint, then release the files before its cursors and the
-        done-record's URLs it covers."""
-        self.state.write_checkpoint(frontier, spill, jobs, self.stats.urls_seen, schedule)
-        self.crawl_log.checkpointed(done)
-        self.frontier.release(frontier)
-        self.spill.release(spill)
-        if self.revisits is not None and schedule is not None:
-            self.revisits.schedule.release(schedule)
+    def _commit(self, positions: dict[str, Any], jobs: list[Job]) -> None:
+        """Write the checkpoint, then each store releases what lies before its position (the
+        done-record the URLs the checkpoint covers)."""
+        self.state.write_checkpoint(positions["frontier"], positions["spill"], jobs,
+                                    self.stats.urls_seen, positions.get("schedule"))
+        self.stores.release(positions)
 
     async def _tick(self) -> None:
         """Once a second: throughput sample and progress line."""
@@ -533,7 +531,8 @@ class Crawler:
     def reopen_logs(self) -> None:
         """SIGHUP: reopen the log file and the crawl log (logrotate moved them)."""
         reopen_logs()
-        self.crawl_log.reopen()
+        if self.crawl_log is not None:
+            self.crawl_log.reopen()
 
     def request_stop(self) -> None:
         """Stop cleanly (second call: do not wait for fetches in flight)."""
@@ -551,21 +550,12 @@ class Crawler:
         self.changed()
 
     def _close(self) -> None:
-        """Release files."""
-        self.crawl_log.close()  # first: its last flush hands held pages to the outputs
-        self.outputs.close()
-        self.verdicts.close()
-        if self.sites.records is not None:
-            self.sites.records.close()
-        self.seen.close()
-        if self.contents is not None:
-            self.contents.close()
-        if self.revisits is not None:
-            self.revisits.schedule.close()
-            self.revisits.close()
-        self.frontier.close()
-        self.spill.close()
-        self.state.close()
+        """The last turn's end, then every store closed, then stateDir's lock released."""
+        self.turn.run()
+        try:
+            self.stores.close()
+        finally:
+            self.state.close()
 
 
 def _node_type(cfg: Config) -> type[Embedded] | type[Cluster]:

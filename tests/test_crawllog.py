@@ -21,9 +21,11 @@ from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
 from larbinpy.demo import DnsServer, Page, Site
 from larbinpy.demo.web import redirect
-from larbinpy.frontier.crawllog import CrawlLog
+from larbinpy.frontier.crawllog import CrawlLog, DoneRecord
+from larbinpy.frontier.endings import Endings
 from larbinpy.records import Job
 from larbinpy.stats import Outcome
+from larbinpy.turn import TurnEnd
 
 FIELDS = {"t", "url", "kind", "status", "bytes", "ms", "type", "depth", "via"}
 
@@ -175,6 +177,20 @@ async def test_sighup_reopens_the_crawl_log_after_logrotate_moved_it(make_web):
     assert sorted(urls) == sorted(set(tw.pages_fetched())) and len(urls) == 41
 
 
+def logs(path: Path | None, done: Path, resume: bool = False
+         ) -> tuple[Endings, CrawlLog | None, DoneRecord]:
+    """The crawl log and the done-record as the crawler wires them, outside a loop (each
+    outcome written at once)."""
+    turn = TurnEnd()
+    crawl_log = CrawlLog(path, turn) if path is not None else None
+    record = DoneRecord(done, resume, turn)
+    endings = Endings(record.take_skip)
+    if crawl_log is not None:
+        endings.subscribe(crawl_log.ended)
+    endings.subscribe(record.ended)
+    return endings, crawl_log, record
+
+
 def test_each_line_is_json_that_reads_back_as_the_outcome_recorded(tmp_path: Path) -> None:
     """URLs and content types from the web may hold quotes, backslashes, control characters
     and non-ASCII (never a tab or newline in a normalized URL): every line still parses, to
@@ -182,17 +198,19 @@ def test_each_line_is_json_that_reads_back_as_the_outcome_recorded(tmp_path: Pat
     nasty = ['http://h.test/a"b', "http://h.test/back\\slash", "http://h.test/\x0b\x0c\x1b\x1c\x85",
              "http://h.test/\x00\x01\x1f\x7f", "http://h.test/été/日本/\u2028\u2029",
              "http://h.test/😀?q='x'&y=</script>", "http://h.test/plain"]
-    log = CrawlLog(tmp_path / "crawl.jsonl", tmp_path / "done", resume=False)
+    endings, log, record = logs(tmp_path / "crawl.jsonl", tmp_path / "done")
+    assert log is not None
     want, start = [], time.time()
     for i, url in enumerate(nasty):
         via = None if i % 3 == 0 else nasty[-1 - i]
         status = None if i % 2 else 200 + i
         ctype = [None, "", "text/html", 'text/"odd"\\'][i % 4]
         kind = [Outcome.success, Outcome.noDNS, Outcome.err40X][i % 3]
-        log.record(Job(url, i, via=via), kind, status, 1000 * i, 7 * i, ctype)
+        endings.end(Job(url, i, via=via), kind, status, 1000 * i, 7 * i, ctype)
         want.append({"url": url, "kind": kind.value, "status": status, "bytes": 1000 * i,
                      "ms": 7 * i, "type": ctype or None, "depth": i, "via": via})
     log.close()
+    record.close()
     end = time.time()
     got = lines(tmp_path / "crawl.jsonl")
     times = [line.pop("t") for line in got]
@@ -203,28 +221,31 @@ def test_each_line_is_json_that_reads_back_as_the_outcome_recorded(tmp_path: Pat
 
 def test_a_failed_write_leaves_whole_lines_and_is_counted(tmp_path: Path) -> None:
     """A full disk (/dev/full) loses lines, counted and logged, never the crawl."""
-    log = CrawlLog(Path("/dev/full"), tmp_path / "done", resume=False)
-    log.record(Job("http://h.test/", 3), Outcome.success, 200, 10, 5, "text/html")
+    endings, log, record = logs(Path("/dev/full"), tmp_path / "done")
+    assert log is not None
+    endings.end(Job("http://h.test/", 3), Outcome.success, 200, 10, 5, "text/html")
     assert log.write_errors == 1
     assert (tmp_path / "done").read_text() == "http://h.test/\n"  # the done-record still went
     log.close()
+    record.close()
 
 
 def test_the_done_record_is_kept_across_a_checkpoint_until_met(tmp_path: Path) -> None:
     """After a restart, URLs finished before the crash stay recorded until their replayed
     job is skipped; a checkpoint then drops them (it covers them)."""
     done = tmp_path / "done"
-    first = CrawlLog(None, done, resume=False)
+    endings, _, first = logs(None, done)
     for url in ("http://h.test/a", "http://h.test/b"):
-        first.record(Job(url, 1), Outcome.success)
+        endings.end(Job(url, 1), Outcome.success)
     first.close()
-    second = CrawlLog(None, done, resume=True)
+    endings, _, second = logs(None, done, resume=True)
     assert second.skip == {"http://h.test/a", "http://h.test/b"}
-    assert second.finished_before("http://h.test/a")
-    assert not second.finished_before("http://h.test/a")  # once: a later job is a new one
-    second.checkpointed(second.mark())
+    assert second.take_skip("http://h.test/a")
+    assert not second.take_skip("http://h.test/a")  # once: a later job is a new one
+    second.release(second.position())
     assert done.read_text() == "http://h.test/b\n"  # still to meet: kept for a second crash
-    second.record(Job("http://h.test/c", 1), Outcome.err40X)
+    endings.end(Job("http://h.test/b", 1), Outcome.success)  # its replay: no second line
+    endings.end(Job("http://h.test/c", 1), Outcome.err40X)
     second.close()
     assert done.read_text() == "http://h.test/b\nhttp://h.test/c\n"
 
@@ -234,11 +255,11 @@ def test_what_finishes_after_a_checkpoints_snapshot_stays_in_the_done_record(tmp
     """The periodic checkpoint is written after its outputs are synced, later than its
     snapshot: the jobs that finished in between are not in it, so their URLs stay recorded."""
     done = tmp_path / "done"
-    log = CrawlLog(None, done, resume=False)
-    log.record(Job("http://h.test/before", 1), Outcome.success)
-    mark = log.mark()
-    log.record(Job("http://h.test/after", 1), Outcome.success)
-    log.flush()
-    log.checkpointed(mark)
+    endings, _, record = logs(None, done)
+    endings.end(Job("http://h.test/before", 1), Outcome.success)
+    mark = record.position()
+    endings.end(Job("http://h.test/after", 1), Outcome.success)
+    record.flush()
+    record.release(mark)
     assert done.read_text() == "http://h.test/after\n"
-    log.close()
+    record.close()

@@ -455,7 +455,7 @@ def test_frontier_reopens_every_priority_at_its_saved_cursor(tmp_path: Path) -> 
     frontier = DiskFrontier(tmp_path)
     frontier.push(make(300, 0, priority=2) + make(300, 300, priority=0))
     assert [frontier.pop() for _ in range(120)] == make(120, 0, priority=2)
-    saved = frontier.positions()
+    saved = frontier.position()
     frontier.push(make(50, 600, priority=9))  # a priority born after the checkpoint
     frontier.flush()
     again = DiskFrontier(tmp_path, saved)
@@ -499,7 +499,7 @@ def test_spill_reopens_at_saved_cursors_across_its_files(tmp_path: Path) -> None
     spill.flush()
     assert len(list(tmp_path.glob("*.spill"))) > 3  # "a" spans several files
     assert spill.pop_many("a", 150) == make(150, host="a")
-    saved = spill.positions()
+    saved = spill.position()
     spill.push("a", make(10, 200, host="a"))
     spill.push("c", make(3, host="c"))  # a site spilled after the checkpoint
     spill.sync()
@@ -517,15 +517,15 @@ def test_spill_files_go_only_when_consumed_and_released(tmp_path: Path) -> None:
         spill.flush()
     files = len(list(tmp_path.glob("*.spill")))
     spill.pop_many("a", 120)
-    old = spill.positions()
+    old = spill.position()
     spill.pop_many("a", 80)
     assert len(list(tmp_path.glob("*.spill"))) == files
     spill.release(old)  # part of "a" was still waiting at that checkpoint
     assert 1 < len(list(tmp_path.glob("*.spill"))) < files
-    done = spill.positions()
+    done = spill.position()
     spill.release(done)
     assert list(tmp_path.glob("*.spill")) == []
-    assert spill.positions() == {}
+    assert spill.position() == {}
     assert done["a"][0] > 0
     restarted = SiteSpill(tmp_path, done)  # a restart from that checkpoint: nothing left
     assert len(restarted) == 0

@@ -102,7 +102,7 @@ for fd in held[:3]:  # three descriptors come back: the spill's fd cache must ma
 spill.flush()
 popped = {k: [j.url for j in spill.pop_many(k, 2)] for k in sites}
 spill.sync()
-positions = spill.positions()
+positions = spill.position()
 spill.close()
 for fd in held[3:]:
     os.close(fd)
@@ -275,9 +275,10 @@ SITE_RECORDS_ON_A_FULL_DISK = """
 import asyncio, errno, json, logging, sys
 from pathlib import Path
 from larbinpy.frontier.sitedb import SiteRecord, SiteRecords
+from larbinpy.turn import TurnEnd
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 d = Path(sys.argv[1])
-records = SiteRecords(d / "sites.sqlite")
+records = SiteRecords(d / "sites.sqlite", TurnEnd())
 filler = d / "filler"
 
 async def turn():
@@ -322,19 +323,33 @@ def test_site_records_on_a_full_disk_wait_in_memory_and_are_written_when_there_i
 CRAWL_LOG_ON_A_FULL_DISK = """
 import json, os, sys
 from pathlib import Path
-from larbinpy.frontier.crawllog import CrawlLog
+from larbinpy.frontier.crawllog import CrawlLog, DoneRecord
+from larbinpy.frontier.endings import Endings
 from larbinpy.records import Job
 from larbinpy.stats import Outcome
+from larbinpy.turn import TurnEnd
+
+
+class Batched(TurnEnd):  # a turn's end that runs only when asked, as at a loop turn's end
+    def due(self):
+        pass
+
+
 d = Path(sys.argv[1])
-log = CrawlLog(d / "crawl.jsonl", d / "done", resume=False)
+turn = Batched()
+log, record = CrawlLog(d / "crawl.jsonl", turn), DoneRecord(d / "done", False, turn)
+endings = Endings(record.take_skip)
+endings.subscribe(log.ended)
+endings.subscribe(record.ended)
 # lines of odd lengths, flushed in batches of 7: the disk fills in the middle of a write
 for i in range(3000):
-    log.record(Job(f"http://h.test/{'x' * (i % 97)}/{i}", 1), Outcome.success, 200, i, 1)
+    endings.end(Job(f"http://h.test/{'x' * (i % 97)}/{i}", 1), Outcome.success, 200, i, 1)
     if i % 7 == 6:
-        log.flush()
-log.flush()
-errors = log.write_errors
+        turn.run()
+turn.run()
+errors = log.write_errors + record.write_errors
 log.close()
+record.close()
 text = (d / "crawl.jsonl").read_bytes().decode()
 done = (d / "done").read_bytes().decode()
 print(json.dumps({"errors": errors, "whole": text.endswith("\\n") and done.endswith("\\n"),

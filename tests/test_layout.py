@@ -27,7 +27,8 @@ ROOT = Path(larbinpy.__file__).parent
 # sub-package it is in) and any component of a lower layer; never a peer in its own layer,
 # never a higher layer. `larbinpy` is the package's __init__ (the version).
 LAYERS: list[tuple[str, ...]] = [
-    ("larbinpy", "stats", "config", "runtime", "clock"),  # leaves: import nothing of larbinpy
+    # leaves: import nothing of larbinpy
+    ("larbinpy", "stats", "config", "runtime", "clock", "turn"),
     ("records",),  # Job, Site, Page (outcome kinds from stats)
     ("links",),  # URLs: normalisation, extraction, scope, sitemaps
     ("frontier", "net"),  # queues and seen-set; the HTTP clients and body reading

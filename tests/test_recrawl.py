@@ -507,7 +507,7 @@ async def test_submit_force_makes_a_known_page_due_now(lab):
                           f"inputPort {http}\n") as crawler:
         await until(lambda: len(w.web.answers(host, "/a.html")) == 1, "the first pass")
         await until(lambda: crawler.revisits.schedule.get(url) is not None, "scheduled")
-        await until(lambda: crawler.crawl_log.pending is False, "its line written")
+        await until(lambda: crawler.turn.pending is False, "its line written")
         run = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "larbinpy", "submit", "--port", str(http), "--force", url,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)

@@ -265,7 +265,7 @@ def test_the_verdict_store_keeps_bytes_drops_expired_verdicts_and_reads_an_old_f
         store.put("http://b.test", Verdict(now + 3600, failures=n))
     store.put("http://c.test", Verdict(now + 3600, disallow=True))
     assert store.get("http://b.test").failures == 49 and store.get("http://gone.test") is None
-    store.compact()
+    store.sync()
     assert len(store) == 4  # one row a site, the expired one deleted
     store.close()
     again = FileVerdicts(path)

@@ -15,12 +15,13 @@ import logging
 from redis.exceptions import RedisError
 
 from larbinpy.cluster.link import Link
+from larbinpy.frontier.durable import Store
 from larbinpy.frontier.robotsdb import Verdict, VerdictStore
 
 log = logging.getLogger("larbinpy.cluster")
 
 
-class SharedVerdicts:
+class SharedVerdicts(Store):
     """Redis in front of the local verdict store."""
 
     def __init__(self, link: Link, local: VerdictStore) -> None:
@@ -75,9 +76,13 @@ class SharedVerdicts:
         if self.writes:
             await asyncio.gather(*self.writes, return_exceptions=True)
 
-    def compact(self) -> None:
+    def flush(self) -> None:
+        """The local store's rows put so far."""
+        self.local.flush()
+
+    def sync(self) -> None:
         """The local store's checkpoint (Redis expires verdicts by itself)."""
-        self.local.compact()
+        self.local.sync()
 
     def close(self) -> None:
         """Close the local store (the Redis connection is the cluster's)."""

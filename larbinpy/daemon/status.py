@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from larbinpy.records import Job
+from larbinpy.frontier.endings import Ended
 from larbinpy.stats import FETCH_ERRORS, Outcome, Stats
 
 # the final outcomes the status page lists as failures: the fetch failures (`errors`) and the
@@ -66,11 +66,12 @@ class RecentFailures:
     def __init__(self, keep: int = FAILURES_KEPT) -> None:
         self._ring: deque[dict[str, Any]] = deque(maxlen=keep)
 
-    def note(self, job: Job, kind: Outcome, status: int | None) -> None:
-        """One final outcome: kept when it is one of FAILURE_KINDS."""
-        if kind in FAILURE_KINDS:
-            self._ring.append({"t": round(time.time(), 3), "url": job.url,
-                               "kind": kind.value, "status": status})
+    def ended(self, e: Ended) -> None:
+        """One final outcome (an `Endings` subscriber): kept when it is one of
+        FAILURE_KINDS."""
+        if e.kind in FAILURE_KINDS:
+            self._ring.append({"t": round(time.time(), 3), "url": e.job.url,
+                               "kind": e.kind.value, "status": e.status})
 
     def lines(self) -> tuple[dict[str, Any], ...]:
         """The failures kept, oldest first: wall-clock time `t`, `url`, `kind`, `status`."""

@@ -6,9 +6,11 @@ maxPagesPerSite as outOfScope, a dead site's noDNS/deniedNetwork/tlsError). A jo
 sends back to its site's queue gets its line when it finally ends. URLs refused before they
 become jobs (urlDup, outOfScope, tooDeep, trap at input) are counted, not logged one by one.
 
-Two files, written alike: lines gather in memory and go out with one `write()` each at the end
-of the event-loop turn (a `call_soon` callback), so a `kill -9` loses at most the lines of the
-turn it interrupts; nothing is fsynced on this path.
+Both subscribe to `endings.Endings` (one event a job's final outcome). Two files, written
+alike (`LineFile`): lines gather in memory and go out with one `write()` each in the end of the
+loop turn's `CRAWL_LOG` phase (`turn.py`: after the turn's pages were parsed and output and
+their due times scheduled), so a `kill -9` loses at most the lines of the turn it interrupts;
+nothing is fsynced on this path.
 
 - The crawl log (`crawlLog`, optional): one JSON object a line for the operator (`t`, `url`,
   `kind`, `status`, `bytes`, `ms`, `type`, `depth`, `via`, and `note` when the kind does not
@@ -23,18 +25,18 @@ turn it interrupts; nothing is fsynced on this path.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
 from json.encoder import encode_basestring
 from pathlib import Path
-from typing import Any
 
-from larbinpy.records import Job, JobKind
+from larbinpy.frontier.durable import Store
+from larbinpy.frontier.endings import Ended
+from larbinpy.records import Job
 from larbinpy.stats import Outcome, counted
+from larbinpy.turn import Phase, TurnEnd
 
 log = logging.getLogger("larbinpy.crawllog")
 
@@ -60,84 +62,31 @@ def _line(job: Job, kind: Outcome, status: int | None, nbytes: int, ms: int,
                     "" if due is None else f',"next":{due:.3f}')
 
 
-class CrawlLog:
-    """Final lines of jobs: the operator's crawl log (when `path` is set) and the done-record."""
+class LineFile(Store):
+    """An append-only file of whole lines, gathered during a loop turn and written with one
+    `write()` at its end (the `CRAWL_LOG` phase); a failed write is cut back to the last whole
+    line and counted."""
 
-    def __init__(self, path: Path | None, done_path: Path, resume: bool, *,
-                 before_flush: Callable[[], None] | None = None,
-                 on_record: Callable[[Job, Outcome, int | None], None] | None = None) -> None:
-        """`resume`: read the done-record left by the previous run into `skip`."""
-        self.path = path
-        self.done_path = done_path
-        self.skip: set[str] = _read_urls(done_path) if resume else set()
-        self._log_fd = _open(path) if path is not None else -1
-        # read and written: a checkpoint reads back what finished after its snapshot
-        self._done_fd = os.open(done_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        if not resume:
-            os.ftruncate(self._done_fd, 0)
+    what = "log"  # the file, in the log's words
+
+    def __init__(self, fd: int, turn: TurnEnd) -> None:
+        self._fd = fd
         self._lines: list[str] = []
-        self._urls: list[str] = []
-        self._scheduled = False
+        self.turn = turn
         self.write_errors = 0
-        # run before the done-record is written: whatever a finished job left for later in
-        # this turn (the parser's held pages: links to the FIFOs, pages to the outputs) must
-        # be out first, or a kill between the two would lose it
-        self.before_flush = before_flush
-        # told every final outcome (job, kind, HTTP status), crawlLog set or not: the status
-        # page's last failures (daemon.status.RecentFailures); must be cheap and not raise
-        self.on_record = on_record
-        # recrawl (stages/revisits.py): told every page's final outcome and what its fetch
-        # observed, it schedules the page again and returns when it is due (None: not at all)
-        self.scheduler: Callable[[Job, Outcome, Any], float | None] | None = None
+        turn.on(Phase.CRAWL_LOG, self.flush)
 
-    @property
-    def pending(self) -> bool:
-        """Are final lines waiting for the end of this turn?"""
-        return self._scheduled
-
-    def finished_before(self, url: str) -> bool:
-        """Did this URL reach its outcome before a crash, after the last checkpoint? (Once:
-        a URL met again after that is a new job.)"""
-        if not self.skip or url not in self.skip:
-            return False
-        self.skip.discard(url)
-        return True
-
-    def record(self, job: Job, kind: Outcome, status: int | None = None, nbytes: int = 0,
-               ms: int = 0, ctype: str | None = None, note: str | None = None,
-               answer: Any = None) -> None:
-        """The final outcome of one job (written at the end of this loop turn); `note` says
-        why in words when the kind does not (a robots.txt that could not be read, which
-        timeout ran out); `answer`: what the fetch observed, for the recrawl's scheduler
-        (None for a job that ended without a request)."""
-        if self.skip and self.finished_before(job.url):
-            return  # its line was written before the crash (a replayed job dropped again)
-        due = None
-        if self.scheduler is not None and job.kind is not JobKind.SITEMAP:
-            due = self.scheduler(job, kind, answer)  # recrawl: when it is due again
-        if self.on_record is not None:
-            self.on_record(job, kind, status)
-        if self._log_fd >= 0:
-            self._lines.append(_line(job, kind, status, nbytes, ms, ctype, note, due))
-        self._urls.append(job.url + "\n")
-        if not self._scheduled:
-            self._scheduled = True
-            try:
-                asyncio.get_running_loop().call_soon(self.flush)
-            except RuntimeError:  # no loop (a test, or after it): write now
-                self.flush()
+    def add(self, line: str) -> None:
+        """One whole line (ending in a newline), written at the end of this turn."""
+        self._lines.append(line)
+        self.turn.due()
 
     def flush(self) -> None:
-        """Write the gathered lines (one write per file)."""
-        self._scheduled = False
-        if self._urls and self.before_flush is not None:
-            self.before_flush()
+        """Write the gathered lines (one write)."""
         if self._lines:
-            self._write(self._log_fd, "".join(self._lines))
+            text = "".join(self._lines)
             self._lines.clear()
-        if self._urls:
-            self._write(self._done_fd, "".join(self._urls))
-            self._urls.clear()
+            self._write(self._fd, text)
 
     def _write(self, fd: int, text: str) -> None:
         """Append whole lines; on an error, cut the file back to its last whole line."""
@@ -156,62 +105,110 @@ class CrawlLog:
                 # so its length is asked only when a write failed, not before every write)
                 os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_END) - written)
             if self.write_errors == 1 or self.write_errors % 1000 == 0:
-                log.warning("crawl log lines lost (%s failed so far): %s",
+                log.warning("%s lines lost (%s failed so far): %s", self.what,
                             counted(self.write_errors, "write"), exc)
 
-    def mark(self) -> int:
-        """A checkpoint's snapshot is being taken: write what is gathered; the done-record's
-        length now (what finished before the snapshot)."""
+    def close(self) -> None:
+        """Write what is gathered and close the file."""
         self.flush()
-        try:
-            return os.lseek(self._done_fd, 0, os.SEEK_END)
-        except OSError:
-            return 0
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = -1
 
-    def checkpointed(self, mark: int) -> None:
-        """The checkpoint of `mark` is durable: the done-record keeps only the skips still to
-        meet and what finished after the mark (the checkpoint may have been written later,
-        after its outputs were synced, and does not cover those).
 
-        The new record replaces the old by rename, so a kill at any moment leaves one whole
-        record: the old one (a superset) or the new one."""
-        try:
-            size = os.fstat(self._done_fd).st_size
-            after = os.pread(self._done_fd, size - mark, mark) if size > mark else b""
-            keep = "".join(u + "\n" for u in self.skip).encode("utf-8", "surrogateescape")
-            tmp = self.done_path.with_name(self.done_path.name + ".tmp")
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        except OSError as exc:  # the record stays as it is: longer, never missing a URL
-            log.warning("the done-record was not trimmed at this checkpoint: %s", exc)
-            return
-        self._done_fd, old = fd, self._done_fd
-        self._write(fd, (keep + after).decode("utf-8", "surrogateescape"))
-        os.close(old)
-        try:
-            os.replace(tmp, self.done_path)
-        except OSError as exc:  # the old record stands (a superset); appends go on in tmp
-            log.warning("the done-record was not trimmed at this checkpoint: %s", exc)
+class CrawlLog(LineFile):
+    """The operator's crawl log (`crawlLog`): one JSON line a job's final outcome."""
+
+    what = "crawl log"
+
+    def __init__(self, path: Path, turn: TurnEnd) -> None:
+        self.path = path
+        super().__init__(_open(path), turn)
+
+    def ended(self, e: Ended) -> None:
+        """A job's final outcome (an `Endings` subscriber): its line."""
+        self.add(_line(e.job, e.kind, e.status, e.nbytes, e.ms, e.ctype, e.note, e.due))
 
     def reopen(self) -> None:
         """SIGHUP: write what is gathered, then reopen the crawl log by name (logrotate)."""
         self.flush()
-        if self.path is not None:
-            if self._log_fd >= 0:
-                os.close(self._log_fd)
-            try:
-                self._log_fd = _open(self.path)
-            except OSError as exc:
-                self._log_fd = -1
-                log.error("crawl log %s could not be reopened, lines are lost until the "
-                          "next SIGHUP: %s", self.path, exc)
+        if self._fd >= 0:
+            os.close(self._fd)
+        try:
+            self._fd = _open(self.path)
+        except OSError as exc:
+            self._fd = -1
+            log.error("crawl log %s could not be reopened, lines are lost until the "
+                      "next SIGHUP: %s", self.path, exc)
 
-    def close(self) -> None:
-        """Write what is gathered and close both files."""
-        self.flush()
-        for fd in (self._log_fd, self._done_fd):
-            if fd >= 0:
-                os.close(fd)
-        self._log_fd = self._done_fd = -1
+    def _write(self, fd: int, text: str) -> None:
+        """(Nothing while the file could not be reopened.)"""
+        if fd >= 0:
+            super()._write(fd, text)
+
+
+class DoneRecord(LineFile):
+    """The URLs finished since the last checkpoint (`stateDir/done`), and, after a restart,
+    the `skip` set they make. A store of the checkpoint (`Durable`): its position is its
+    length when the checkpoint's snapshot is taken."""
+
+    what = "done-record"
+
+    def __init__(self, path: Path, resume: bool, turn: TurnEnd) -> None:
+        """`resume`: read the done-record left by the previous run into `skip`."""
+        self.path = path
+        self.skip: set[str] = _read_urls(path) if resume else set()
+        # read and written: a checkpoint reads back what finished after its snapshot
+        super().__init__(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644), turn)
+        if not resume:
+            os.ftruncate(self._fd, 0)
+
+    def ended(self, e: Ended) -> None:
+        """A job's final outcome (an `Endings` subscriber): its URL."""
+        self.add(e.job.url + "\n")
+
+    def take_skip(self, url: str) -> bool:
+        """Did this URL reach its outcome before a crash, after the last checkpoint? If so it
+        is taken out of `skip` (once: a URL met again after that is a new job)."""
+        if not self.skip or url not in self.skip:
+            return False
+        self.skip.discard(url)
+        return True
+
+    def sync(self) -> None:
+        """(Not fsynced: a checkpoint keeps what it covers; see `release`.)"""
+
+    def position(self) -> int:
+        """The checkpoint's snapshot is being taken: the record's length now (what finished
+        before the snapshot; `flush` ran first)."""
+        try:
+            return os.lseek(self._fd, 0, os.SEEK_END)
+        except OSError:
+            return 0
+
+    def release(self, mark: int) -> None:
+        """The checkpoint of `mark` is durable: the record keeps only the skips still to meet
+        and what finished after the mark (the checkpoint may have been written later, after
+        its outputs were synced, and does not cover those).
+
+        The new record replaces the old by rename, so a kill at any moment leaves one whole
+        record: the old one (a superset) or the new one."""
+        try:
+            size = os.fstat(self._fd).st_size
+            after = os.pread(self._fd, size - mark, mark) if size > mark else b""
+            keep = "".join(u + "\n" for u in self.skip).encode("utf-8", "surrogateescape")
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        except OSError as exc:  # the record stays as it is: longer, never missing a URL
+            log.warning("the done-record was not trimmed at this checkpoint: %s", exc)
+            return
+        self._fd, old = fd, self._fd
+        self._write(fd, (keep + after).decode("utf-8", "surrogateescape"))
+        os.close(old)
+        try:
+            os.replace(tmp, self.path)
+        except OSError as exc:  # the old record stands (a superset); appends go on in tmp
+            log.warning("the done-record was not trimmed at this checkpoint: %s", exc)
 
 
 def _open(path: Path) -> int:

@@ -498,7 +498,7 @@ class DiskFrontier:
         for fifo in self._fifos.values():
             yield fifo.newest_urls()
 
-    def positions(self) -> dict[int, Position]:
+    def position(self) -> dict[int, Position]:
         """Read cursor of every priority, for the checkpoint."""
         return {p: f.position() for p, f in self._fifos.items()}
 
@@ -811,7 +811,7 @@ class SiteSpill:
 
     # --- cursors and deletion ---
 
-    def positions(self) -> dict[str, Position]:
+    def position(self) -> dict[str, Position]:
         """Read cursor of every site that has a file, for the checkpoint."""
         return {k: (s.rgen, s.roff) for k, s in self._sites.items() if s.gens}
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
+from larbinpy.frontier.durable import Durable
 from larbinpy.records import Job
 
 Position = tuple[int, int]
 
 
-class Frontier(Protocol):
-    """has-pending / enqueue / next, plus what a checkpoint needs."""
+class Frontier(Durable, Protocol):
+    """has-pending / enqueue / next, plus what a checkpoint needs (a `Durable` store: its
+    position is its read cursors, one a priority)."""
 
     def __len__(self) -> int:
         """How many jobs wait."""
@@ -39,23 +41,11 @@ class Frontier(Protocol):
         """Waiting jobs per priority."""
         ...
 
-    def sync(self) -> None:
-        """Make everything durable (at checkpoints)."""
-        ...
-
-    def positions(self) -> dict[int, Position]:
+    def position(self) -> dict[int, Position]:
         """Read cursors, saved by a checkpoint."""
-        ...
-
-    def release(self, positions: dict[int, Position]) -> None:
-        """Forget what lies before cursors that a durable checkpoint saved."""
         ...
 
     def newest_urls(self) -> Iterable[Iterable[list[str]]]:
         """Per FIFO, the URLs queued last, newest windows first (consumed ones included):
         where a restart finds the batch a kill cut short between queueing and marking seen."""
-        ...
-
-    def close(self) -> None:
-        """Release files."""
         ...

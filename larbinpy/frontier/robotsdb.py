@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from larbinpy.frontier.durable import Durable
 from larbinpy.frontier.turndb import TurnTable, transaction
+from larbinpy.turn import TurnEnd
 
 CACHE_VERDICTS = 4096  # verdicts kept in memory, the most recently used (None: known absent)
 IMPORT_BATCH = 10_000  # verdicts a transaction when an old robots.jsonl is read in
@@ -67,8 +69,9 @@ class Verdict:
             return None
 
 
-class VerdictStore(Protocol):
-    """Where the robots stage keeps and finds verdicts."""
+class VerdictStore(Durable, Protocol):
+    """Where the robots stage keeps and finds verdicts (a store of the checkpoint: its `sync`
+    makes what was put durable and drops expired verdicts)."""
 
     def get(self, key: str) -> Verdict | None:
         """The site's unexpired verdict known here, without waiting (None: unknown)."""
@@ -83,14 +86,6 @@ class VerdictStore(Protocol):
         """Remember a verdict just learned."""
         ...
 
-    def compact(self) -> None:
-        """Checkpoint: make what was put durable and drop expired verdicts."""
-        ...
-
-    def close(self) -> None:
-        """Release files and connections."""
-        ...
-
 
 class FileVerdicts(TurnTable[Verdict]):
     """Verdicts in an SQLite database with a bounded cache in front (see the module docstring).
@@ -99,10 +94,10 @@ class FileVerdicts(TurnTable[Verdict]):
     `get` finds it there first; after the commit it is in the database (and maybe the cache).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, turn: TurnEnd | None = None) -> None:
         self.path = path
         self._cache: OrderedDict[str, Verdict | None] = OrderedDict()  # None: known absent
-        super().__init__(path, SCHEMA)
+        super().__init__(path, SCHEMA, turn)
         self._import_jsonl(path.with_name("robots.jsonl"))
 
     def __len__(self) -> int:
@@ -157,7 +152,7 @@ class FileVerdicts(TurnTable[Verdict]):
         for key, verdict in verdicts.items():
             self._remember(key, verdict)
 
-    def compact(self) -> None:
+    def sync(self) -> None:
         """Checkpoint: commit, delete the expired rows, and fsync."""
         self._batch.flush()
         now = time.time()
@@ -165,7 +160,7 @@ class FileVerdicts(TurnTable[Verdict]):
             self._db.execute("DELETE FROM verdicts WHERE expires <= ?", (now,))
         self._cache = OrderedDict((k, v) for k, v in self._cache.items()
                                   if v is None or v.expires > now)
-        self.sync()
+        super().sync()
 
     def _import_jsonl(self, old: Path) -> None:
         """The JSON-lines file of earlier versions: its live verdicts (the last line of each

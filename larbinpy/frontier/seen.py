@@ -60,6 +60,7 @@ from typing import Protocol
 import xxhash
 
 from larbinpy import PURE
+from larbinpy.frontier.durable import Store
 from larbinpy.frontier.fptable import FingerprintTable
 
 try:
@@ -102,7 +103,7 @@ class SeenSet(Protocol):
         ...
 
 
-class BitmapSeenSet:
+class BitmapSeenSet(Store):
     """`bits`-bit bitmap in a memory-mapped file; K hash functions (K=1: larbin's hash set)."""
 
     def __init__(self, path: str | Path, bits: int, functions: int = 1) -> None:
@@ -223,7 +224,7 @@ class BitmapSeenSet:
             self._map.close()
 
 
-class ExactSeenSet:
+class ExactSeenSet(Store):
     """The bitmap first, then set bits confirmed against 64-bit fingerprints on disk."""
 
     def __init__(self, path: str | Path, bits: int, functions: int = 1, cache: int = 0) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from larbinpy.frontier.turndb import TurnTable, transaction
+from larbinpy.turn import TurnEnd
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sites (site TEXT PRIMARY KEY, ready_at REAL NOT NULL,
@@ -63,9 +64,9 @@ def loop_to_wall() -> float:
 class SiteRecords(TurnTable[SiteRecord]):
     """The rows of `stateDir/sites.sqlite` (see the module docstring)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, turn: TurnEnd | None = None) -> None:
         self.path = path
-        super().__init__(path, SCHEMA)
+        super().__init__(path, SCHEMA, turn)
         have = {row[1] for row in self._db.execute("PRAGMA table_info(sites)")}
         for column, declaration in COLUMNS_ADDED:
             if column not in have:

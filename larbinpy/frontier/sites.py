@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from larbinpy.frontier.crawllog import CrawlLog
 from larbinpy.frontier.diskqueue import SiteSpill
+from larbinpy.frontier.endings import Endings
 from larbinpy.frontier.sitedb import SiteRecord, SiteRecords, loop_now, loop_to_wall
 from larbinpy.links.urls import host_of, site_key
 from larbinpy.records import IpSlot, Job, Site, SiteState
@@ -74,12 +74,12 @@ class Sites:
     """Every site and IP slot of the crawl."""
 
     def __init__(self, stats: Stats, default_delay: float, spill: SiteSpill,
-                 forward: Forward = never_forward, crawl_log: CrawlLog | None = None,
+                 forward: Forward = never_forward, endings: Endings | None = None,
                  records: SiteRecords | None = None, page_limit: int = 0) -> None:
         self.stats = stats
         self.records = records  # what a forgotten site must not lose, on disk (None: nowhere)
         self.page_limit = page_limit  # maxPagesPerSite: a site's page count matters when > 0
-        self.crawl_log = crawl_log  # the final line of each job dropped here
+        self.endings = endings  # told the final outcome of each job dropped here
         self.default_delay = default_delay  # waitDuration; robots.txt may raise it per site
         self.spill = spill
         self.by_key: dict[str, Site] = {}
@@ -117,8 +117,8 @@ class Sites:
         if site.state is SiteState.DEAD:
             if now < site.dead_until:
                 self.stats.count(site.dead_reason)
-                if self.crawl_log is not None:
-                    self.crawl_log.record(job, site.dead_reason, note=site.dead_note)
+                if self.endings is not None:
+                    self.endings.end(job, site.dead_reason, note=site.dead_note)
                 return
             self.idle.pop(key, None)  # busy again: the sequencer's budget counts it
             self._store(site, job)
@@ -231,10 +231,10 @@ class Sites:
         self.stats.count(kind, n)
 
     def _logged(self, jobs: Iterable[Job], kind: Outcome, note: str | None) -> None:
-        """The crawl log's final lines for dropped jobs."""
-        if self.crawl_log is not None:
+        """The final outcomes of dropped jobs."""
+        if self.endings is not None:
             for job in jobs:
-                self.crawl_log.record(job, kind, note=note)
+                self.endings.end(job, kind, note=note)
 
     def rest(self, site: Site) -> None:
         """A site has nothing to do right now: it may be forgotten later."""

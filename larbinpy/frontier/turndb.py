@@ -7,18 +7,21 @@ SQLite database in write-ahead-log mode: a commit is an append to the log withou
 which a `kill -9` cannot tear (the kernel has the bytes; SQLite's recovery keeps whole
 transactions only), and a checkpoint (`sync`) fsyncs it into the database against power loss.
 The values put during one loop turn wait in memory (`TurnBatch`) and are written in one
-transaction at its end, so the disk costs one commit a turn, not one a value.
+transaction in the end of the turn's `TABLES` phase (`turn.py`), so the disk costs one commit
+a turn, not one a value. Each table is a store of the checkpoint (`durable.Durable`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Generic, TypeVar
+
+from larbinpy.frontier.durable import Store
+from larbinpy.turn import Phase, TurnEnd
 
 DB_CACHE_KIB = 2048  # SQLite's page cache for one database, at most
 
@@ -57,25 +60,26 @@ def sync(db: sqlite3.Connection) -> None:
 
 
 class TurnBatch(Generic[T]):
-    """Values put during a loop turn, handed to `write` together at its end (at once without a
-    running loop: a tool, a test). Invariant: a value put is in `pending` until written, a
-    write refused (a full disk) included: it is tried again at the next turn's end or `flush`."""
+    """Values put during a loop turn, handed to `write` together at its end (the turn's
+    `TABLES` phase; at once without a `turn`: a tool, a test). Invariant: a value put is in
+    `pending` until written, a write refused (a full disk) included: it is tried again at the
+    next turn's end or `flush`."""
 
-    def __init__(self, write: Callable[[dict[str, T]], None]) -> None:
+    def __init__(self, write: Callable[[dict[str, T]], None], turn: TurnEnd | None) -> None:
         self.write = write
         self.pending: dict[str, T] = {}
-        self._planned = False
+        self.turn = turn
+        if turn is not None:
+            turn.on(Phase.TABLES, self._turn_end)
         self._refused = False  # the last write failed (said once, until one succeeds)
 
     def put(self, key: str, value: T) -> None:
         """Write `value` for `key` at the end of this loop turn (the last put of a turn wins)."""
         self.pending[key] = value
-        if not self._planned:
-            self._planned = True
-            try:
-                asyncio.get_running_loop().call_soon(self._turn_end)
-            except RuntimeError:  # no loop: now
-                self.flush()
+        if self.turn is None:
+            self.flush()
+        else:
+            self.turn.due()
 
     def _turn_end(self) -> None:
         """The end-of-turn flush: a refused write is said, kept, and tried again later."""
@@ -89,7 +93,6 @@ class TurnBatch(Generic[T]):
 
     def flush(self) -> None:
         """Write what is pending now; a refused write keeps it pending, and raises."""
-        self._planned = False
         if self.pending:
             pending, self.pending = self.pending, {}
             try:
@@ -102,17 +105,22 @@ class TurnBatch(Generic[T]):
                 log.warning("the state database can be written again")
 
 
-class TurnTable(Generic[T]):
+class TurnTable(Store, Generic[T]):
     """A table whose rows change many times a turn: `_batch` gathers them, `_write` writes a
-    turn's in one transaction; `sync` at a checkpoint, `close` at the end."""
+    turn's in one transaction (at the end of `turn`'s turns; at each put without one); `sync`
+    at a checkpoint, `close` at the end."""
 
-    def __init__(self, path: Path, schema: str) -> None:
+    def __init__(self, path: Path, schema: str, turn: TurnEnd | None = None) -> None:
         self._db = open_db(path, schema)
-        self._batch: TurnBatch[T] = TurnBatch(self._write)
+        self._batch: TurnBatch[T] = TurnBatch(self._write, turn)
 
     def _write(self, rows: dict[str, T]) -> None:
         """A turn's rows, in one transaction."""
         raise NotImplementedError
+
+    def flush(self) -> None:
+        """The rows put so far, committed (to the log: they survive `kill -9`)."""
+        self._batch.flush()
 
     def sync(self) -> None:
         """Checkpoint: written and durable against power loss."""

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from larbinpy.config import Config
+from larbinpy.frontier.durable import Store
 from larbinpy.links.scope import url_extension
 from larbinpy.net.body import Body
 from larbinpy.outputs.files import Unsynced, is_storage_error
@@ -138,7 +139,7 @@ def _name(out: object) -> str:
     return getattr(out, "name", type(out).__name__)
 
 
-class Outputs:
+class Outputs(Store):
     """Every configured output, behind the filters, with pause-and-retry on storage errors."""
 
     def __init__(self, cfg: Config, stats: Stats) -> None:

@@ -1,10 +1,10 @@
 """Stage 7, after the reader: the pages read in one loop turn, parsed back to back.
 
 The reader hands over every 2xx page it read (`take`), and the exchanges only archives keep
-(`pass_on`: error pages, noDup revisits, sitemaps). At the end of the event loop's turn, this
-stage takes them one after the other, in the order read: extracts an HTML page's links
-(`extract.py`) and queues them (input, one hop deeper); then it hands the turn's pages to the
-outputs, in the same order.
+(`pass_on`: error pages, noDup revisits, sitemaps). At the end of the event loop's turn
+(`turn.py`), in its `PARSE` phase, this stage takes them one after the other, in the order
+read: extracts an HTML page's links (`extract.py`) and queues them (input, one hop deeper);
+then, in the `OUTPUTS` phase, it hands the turn's pages to the outputs, in the same order.
 
 Why at the end of the turn, not as each page arrives: a busy crawl finishes many pages a
 turn, and parsing them back to back keeps lexbor's memory and the link caches in the CPU's
@@ -23,7 +23,6 @@ between two stages when the checkpoint records what memory holds.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
@@ -36,6 +35,7 @@ from larbinpy.outputs import Outputs, Step
 from larbinpy.records import Page
 from larbinpy.stages.input import Input
 from larbinpy.stats import Outcome, Stats
+from larbinpy.turn import Phase, TurnEnd
 
 log = logging.getLogger("larbinpy.parser")
 
@@ -48,7 +48,7 @@ class Parser:
 
     def __init__(
         self, cfg: Config, stats: Stats, normalizer: Normalizer, input_stage: Input,
-        outputs: Outputs, on_parsed: Callable[[], None] = lambda: None,
+        outputs: Outputs, turn: TurnEnd, on_parsed: Callable[[], None] = lambda: None,
     ) -> None:
         self.stats, self.normalizer = stats, normalizer
         self.input, self.outputs = input_stage, outputs
@@ -57,8 +57,11 @@ class Parser:
         self.on_parsed = on_parsed  # the crawl re-checks whether it is done
         # (page, the Outputs method it goes to; None: a page to parse, then `Outputs.write`)
         self.batch: list[tuple[Page, Step | None]] = []
-        self._due = False  # a flush() is scheduled for the end of this turn
+        self._parsed = 0  # the pages of `batch` before this one are parsed
         self.held: list[Reservation] = []  # the turn's bodies' memory, given back by flush()
+        self.turn = turn
+        turn.on(Phase.PARSE, self.parse)
+        turn.on(Phase.OUTPUTS, self.pass_on_parsed)
 
     @property
     def pending(self) -> int:
@@ -80,44 +83,51 @@ class Parser:
     def _hold(self, page: Page, step: Step | None) -> None:
         """Keep it for the end of this turn."""
         self.batch.append((page, step))
-        if self._due:
-            if len(self.batch) >= MAX_PAGES:
-                self.flush()
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+        if len(self.batch) >= MAX_PAGES:
             self.flush()
-            return
-        loop.call_soon(self.flush)
-        self._due = True
+        else:
+            self.turn.due()
 
     def hold(self, memory: Reservation) -> None:
         """A body read this turn: its document memory is given back at the end of the turn,
         after the turn's pages are parsed and passed on."""
         self.held.append(memory)
-        if not self._due:
-            asyncio.get_running_loop().call_soon(self.flush)
-            self._due = True
+        self.turn.due()
 
     def flush(self) -> None:
-        """Parse every page taken and queue its links, then pass everything on to the outputs
-        in the order read; never raises."""
-        self._due = False
-        if not self.batch:
-            self._give_back()
-            return
-        batch, self.batch = self.batch, []
-        for page, step in batch:
+        """Both phases now: parse every page taken, then pass everything on (a checkpoint, a
+        full batch, a stop); never raises."""
+        self.parse()
+        self.pass_on_parsed()
+
+    def parse(self) -> None:
+        """The `PARSE` phase: extract and queue the links of every page taken and not parsed
+        yet, in the order read; never raises."""
+        batch = self.batch
+        for i in range(self._parsed, len(batch)):
+            page, step = batch[i]
             if step is None:
                 _guarded(self._parse, page)
+        self._parsed = len(batch)
+
+    def pass_on_parsed(self) -> None:
+        """The `OUTPUTS` phase: every page parsed, and the exchanges among them, to the
+        outputs in the order read; then their document memory back; never raises."""
+        if not self._parsed:
+            if not self.batch:
+                self._give_back()
+            return
+        batch = self.batch[:self._parsed]
+        del self.batch[:self._parsed]
+        self._parsed = 0
         # The outputs after all the parsing, not page by page: the turn's files are created
         # back to back, which costs the kernel less per file than between pages of crawling.
         write = self.outputs.write
         for page, step in batch:
             _guarded(step or write, page)
         del batch, page  # the bodies go before their memory does
-        self._give_back()
+        if not self.batch:  # (memory of pages still to parse stays held)
+            self._give_back()
         self.on_parsed()
 
     def _give_back(self) -> None:

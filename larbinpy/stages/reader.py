@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import xxhash
 
 from larbinpy.config import Config
-from larbinpy.frontier.crawllog import CrawlLog
+from larbinpy.frontier.endings import Endings
 from larbinpy.frontier.seen import SeenSet
 from larbinpy.frontier.sites import Sites
 from larbinpy.links.scope import url_extension
@@ -46,10 +46,12 @@ from larbinpy.stages.parser import HTML_TYPES, Parser
 from larbinpy.stages.robots import Robots
 from larbinpy.stages.sitemaps import take_sitemap
 from larbinpy.stats import Outcome, Stats
+from larbinpy.turn import TurnEnd
 
 if TYPE_CHECKING:  # loaded when asked for: cookies with `cookies`, revisits with `recrawl on`
+    from larbinpy.frontier.recrawl import Answer
     from larbinpy.net.cookies import CookieJar
-    from larbinpy.stages.revisits import Answer, Revisits
+    from larbinpy.stages.revisits import Revisits
 
 Response = Any  # an aiohttp.ClientResponse or an http1.Response: both read alike (http1.py)
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.\-]*):")
@@ -87,7 +89,8 @@ class Reader:
         parser: Parser,
         keep_raw: bool,
         sites: Sites,
-        crawl_log: CrawlLog,
+        endings: Endings,
+        turn: TurnEnd,
         memory: DocumentMemory,
         session: LazySession,
         http1: Http1Client | None,
@@ -107,7 +110,8 @@ class Reader:
         self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites)
         self.cookies = _cookie_jar() if cfg.cookies else None
         self.parser = parser  # 2xx pages go on to it (links, outputs)
-        self.crawl_log = crawl_log  # each job's final line
+        self.endings = endings  # each job's final outcome, told once
+        self.turn = turn
         self.revisits = revisits  # recrawl on: validators, digests, the schedule
 
     def refused(self, site: Site, job: Job) -> bool:
@@ -118,26 +122,26 @@ class Reader:
         A job that reached its outcome before a crash (after the last checkpoint) is skipped
         without a count: it was counted and logged then.
         """
-        if self.crawl_log.finished_before(job.url) and job.kind is not JobKind.REVISIT:
+        if self.endings.replayed(job.url) and job.kind is not JobKind.REVISIT:
             return True  # (a revisit's truth is the schedule: `fetch` skips a stale one)
         if not self.robots.allowed(site, job.url):
             self.stats.count(Outcome.forbiddenRobots)
-            self.crawl_log.record(job, Outcome.forbiddenRobots)
+            self.endings.end(job, Outcome.forbiddenRobots)
             return True
         if (self.cfg.max_pages_per_site and site.pages >= self.cfg.max_pages_per_site
                 and job.kind is not JobKind.REVISIT):  # the limit counts pages, not visits
             self.stats.count(Outcome.outOfScope)
-            self.crawl_log.record(job, Outcome.outOfScope)
+            self.endings.end(job, Outcome.outOfScope)
             return True
         return False
 
     async def fetch(self, site: Site, job: Job) -> None:
         """Fetch one job and count its outcome."""
-        if self.crawl_log.pending:
-            # a worker reaches here in the turn its last fetch ended: one yield lets the
-            # turn's final lines reach the done-record first, so a kill -9 re-fetches at most
-            # the requests on the wire
-            await asyncio.sleep(0)
+        # a worker reaches here in the turn its last fetch ended: the turn's end runs first
+        # (its final lines reach the done-record), so a kill -9 re-fetches at most the
+        # requests on the wire
+        if self.turn.pending:
+            await self.turn.passed()
         if not self.outputs.ready:  # storage full or a slow hook: back-pressure, not memory
             await self.outputs.wait_ready()
         answer, headers = None, None
@@ -156,9 +160,9 @@ class Reader:
         if answer is not None:
             answer.elapsed = time.monotonic() - ex.start
         if kind is not Outcome.backedOff:  # a job sent back to its queue ends later
-            self.crawl_log.record(job, kind, ex.status, ex.nbytes,
-                                  round((time.monotonic() - ex.start) * 1000), ex.ctype,
-                                  ex.note, answer)
+            self.endings.end(job, kind, ex.status, ex.nbytes,
+                             round((time.monotonic() - ex.start) * 1000), ex.ctype, ex.note,
+                             answer)
         elif self.revisits is not None and job.kind is JobKind.REVISIT:
             self.revisits.release(job)  # it comes back through its site's queue
 

@@ -1,22 +1,24 @@
 """Recrawl: every page fetched is scheduled again, and due revisits are fed back to their sites.
 
-With `recrawl on` this stage closes the pipeline's loop. The crawl log tells it every page's
-final outcome (`CrawlLog.scheduler`): it updates the page's history in the schedule
-(`frontier/schedule.py`: validators, payload digest, the change-rate estimator's state) and
-gives the page its next due time: (1 - PULL) of `freshness.posterior_interval` for the page's
-estimator state and its site's multiplier, within recrawlMin..recrawlMax (failures on a
-longer schedule of their own; a page new to the schedule, its site's mean interval). Its
-task pops the visits that came due and feeds them to their sites' queues as `REVISIT` jobs,
-behind the never-fetched URLs: a site gets a revisit only when it has no other job queued, at
-most `connectionsPerHost` at a time, spaced to `recrawlShare` of its politeness capacity, the
-most urgent of its due visits first (`freshness.urgency`). Due a little before their
-interval ends, a site's pages keep it busy when they come in bursts. Popped visits wait in
-memory only up to `PENDING_MAX` (`PER_SITE_MAX` a site; a busier site's are put back a little
-later), so memory is bounded whatever the schedule holds.
+With `recrawl on` this stage closes the pipeline's loop. It is told every page's final
+outcome (`ended`, an `Endings` subscriber, before the crawl log): it updates the page's
+history in the schedule (`frontier/schedule.py`: validators, payload digest, the change-rate
+estimator's state) and gives the page its next due time: (1 - PULL) of
+`freshness.posterior_interval` for the page's estimator state and its site's multiplier,
+within recrawlMin..recrawlMax (failures on a longer schedule of their own; a page new to the
+schedule, its site's mean interval). Its task pops the visits that came due and feeds them to
+their sites' queues as `REVISIT` jobs, behind the never-fetched URLs: a site gets a revisit
+only when it has no other job queued, at most `connectionsPerHost` at a time, spaced to
+`recrawlShare` of its politeness capacity, the most urgent of its due visits first
+(`freshness.urgency`). Due a little before their interval ends, a site's pages keep it busy
+when they come in bursts. Popped visits wait in memory only up to `PENDING_MAX`
+(`PER_SITE_MAX` a site; a busier site's are put back a little later), so memory is bounded
+whatever the schedule holds.
 
 The reader asks `prepare` before a revisit (the conditional GET's headers) and hands what it
-observed (`Answer`) to the crawl log. Servers lie, so each validator is trusted per site only
-until it proves false (`SiteRecrawl`), and the payload digest decides whenever a body comes:
+observed (`Answer`) with the job's final outcome. Servers lie, so each validator is trusted
+per site only until it proves false (`SiteRecrawl`), and the payload digest decides whenever
+a body comes:
 
 - an ETag (or a Last-Modified) that changed while the body did not: not sent to that site
   again, and its Last-Modified no longer feeds the estimator;
@@ -52,12 +54,15 @@ from typing import Any
 
 from larbinpy.config import Config
 from larbinpy.frontier import freshness
+from larbinpy.frontier.endings import Ended
+from larbinpy.frontier.recrawl import Answer
 from larbinpy.frontier.schedule import Schedule, Visit
 from larbinpy.frontier.sites import Sites
 from larbinpy.frontier.turndb import TurnTable, transaction
 from larbinpy.links.urls import site_key
 from larbinpy.records import Job, JobKind, Revisit, Site
 from larbinpy.stats import FETCH_ERRORS, Outcome, Stats
+from larbinpy.turn import Phase, TurnEnd
 
 log = logging.getLogger("larbinpy.recrawl")
 
@@ -131,8 +136,8 @@ class SiteStates(TurnTable[SiteRecrawl]):
 
     SCHEMA = "CREATE TABLE IF NOT EXISTS recrawl (site TEXT PRIMARY KEY, state BLOB NOT NULL)"
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(path, self.SCHEMA)
+    def __init__(self, path: Path, turn: TurnEnd | None = None) -> None:
+        super().__init__(path, self.SCHEMA, turn)
 
     def get(self, key: str, capacity: float) -> SiteRecrawl | None:
         """The site's state as last put (None: never, or unreadable)."""
@@ -151,21 +156,6 @@ class SiteStates(TurnTable[SiteRecrawl]):
         with transaction(self._db):
             self._db.executemany("INSERT OR REPLACE INTO recrawl VALUES (?, ?)",
                                  [(k, v.to_bytes()) for k, v in states.items()])
-
-
-@dataclass(slots=True)
-class Answer:
-    """What one fetch observed, from the reader to the scheduler (through the crawl log)."""
-
-    prior: Visit | None  # the page's history before this fetch (a revisit's)
-    conditional: bool = False  # validators were sent
-    audit: bool = False  # an unconditional check of a 304
-    status: int = 0
-    etag: str | None = None
-    last_modified: str | None = None
-    date: str | None = None  # the answer's Date header
-    digest: bytes = b""  # SHA-1 of the payload, when a body was read
-    elapsed: float = 0.0  # seconds the fetch took
 
 
 @dataclass(slots=True)
@@ -204,7 +194,7 @@ class Revisits:
 
     def __init__(self, cfg: Config, stats: Stats, schedule: Schedule, sites: Sites,
                  on_fed: Callable[[], None], hand_over: HandOver,
-                 states: Path | None = None) -> None:
+                 states: SiteStates | None = None, turn: TurnEnd | None = None) -> None:
         self.cfg, self.stats, self.schedule, self.sites = cfg, stats, schedule, sites
         self.on_fed = on_fed  # a revisit job was queued: "is the crawl done?" may change
         self.hand_over = hand_over
@@ -212,7 +202,9 @@ class Revisits:
         self.per_host = cfg.connections_per_host
         # popped, by site, until the site takes them: (visit, its estimated change rate)
         self.waiting: dict[str, list[tuple[Visit, float]]] = {}
-        self.states = SiteStates(states) if states is not None else None
+        self.states = states  # the sites' states on disk (a store the crawler registers)
+        if turn is not None:  # the turn's due times, on disk before the done-record says done
+            turn.on(Phase.SCHEDULE, schedule.flush)
         self.pending = 0  # visits in `waiting`
         self.queued: dict[str, int] = {}  # revisit jobs in a site's queue or in flight
         self.audits: set[str] = set()  # URLs whose next fetch checks a 304 (no validators)
@@ -471,9 +463,15 @@ class Revisits:
         prior = answer.prior
         return prior is not None and prior.digest == answer.digest
 
-    # --- scheduling (CrawlLog.scheduler) ---
+    # --- scheduling (an `Endings` subscriber) ---
 
-    def schedule_page(self, job: Job, kind: Outcome, answer: Any) -> float | None:
+    def ended(self, e: Ended) -> None:
+        """A job's final outcome: a page (not a sitemap) is scheduled again, and `e.due` says
+        when (the crawl log's `next`)."""
+        if e.job.kind is not JobKind.SITEMAP:
+            e.due = self.schedule_page(e.job, e.kind, e.answer)
+
+    def schedule_page(self, job: Job, kind: Outcome, answer: Answer | None) -> float | None:
         """A page's final outcome: put it in the schedule with its next due time."""
         if job.kind is JobKind.REVISIT:
             self.revisits[kind.value] = self.revisits.get(kind.value, 0) + 1
@@ -482,7 +480,7 @@ class Revisits:
         if site is not None:
             self.after_fetch(site)
         now = time.time()
-        if not isinstance(answer, Answer):  # ended without a request (a dead site...)
+        if answer is None:  # ended without a request (a dead site...)
             if job.kind is not JobKind.REVISIT:
                 return None  # never fetched: nothing to revisit
             if kind not in RETRIED:  # robots.txt forbids it now...: out of the rotation
@@ -509,16 +507,6 @@ class Revisits:
         """The site's recrawl state may have changed: on disk at the end of the loop turn."""
         if site is not None and self.states is not None:
             self.states.put(site.key, self.site_state(site))
-
-    def sync(self) -> None:
-        """Checkpoint: the schedule is the caller's; the sites' states are durable here."""
-        if self.states is not None:
-            self.states.sync()
-
-    def close(self) -> None:
-        """Write the sites' states still pending and close their database."""
-        if self.states is not None:
-            self.states.close()
 
     def _observed(self, job: Job, kind: Outcome, answer: Answer, site: Site,
                   now: float) -> Visit:
