@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from larbinpy import __version__
+from larbinpy.clock import LoopClock
 from larbinpy.config import Config
 from larbinpy.daemon.progress import Progress
 from larbinpy.daemon.status import Figures, Gauges, RecentFailures
@@ -54,6 +55,7 @@ from larbinpy.stages.input import Input
 from larbinpy.stages.opener import Opener, PageFetch
 from larbinpy.stages.parser import Parser
 from larbinpy.stages.reader import Reader
+from larbinpy.stages.recrawl import NoRecrawl, Recrawl
 from larbinpy.stages.robots import Robots
 from larbinpy.stages.sequencer import Sequencer
 from larbinpy.stats import Stats, counted
@@ -62,8 +64,6 @@ from larbinpy.turn import TurnEnd
 if TYPE_CHECKING:
     from larbinpy.cluster import Cluster
     from larbinpy.daemon.ports import Ports
-    from larbinpy.frontier.schedule import Visit
-    from larbinpy.stages.revisits import Revisits
 
 log = logging.getLogger("larbinpy")
 
@@ -90,6 +90,7 @@ class Crawler:
         # checkpoint makes durable, in theirs (frontier/durable.py): both filled as parts are
         # built
         self.turn, self.stores = TurnEnd(), Stores()
+        self.clock = LoopClock()  # the one clock every part reads time from
         self._open_state(local=node_type.local_state)  # outputs, FIFOs, spill, seen-sets
         strip = frozenset(cfg.strip_params) if cfg.strip_params is not None else None
         self.normalizer = Normalizer(
@@ -105,10 +106,10 @@ class Crawler:
         self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call,
                                    cfg.max_sites_in_memory)
         # recrawl on: the schedule and the stage that feeds due visits back to the sites
-        self.revisits = self._revisits() if cfg.recrawl else None
+        self.recrawl: Recrawl = self._revisits() if cfg.recrawl else NoRecrawl()
         self.input = Input(cfg, self.normalizer, self.seen, self.frontier, self.stats,
                            self.node.admission, self.sequencer.notify,
-                           make_due=self.revisits.force if self.revisits else None)
+                           make_due=self.recrawl.force)
         policy = NetworkPolicy(cfg.allow_networks)  # one for DNS and robots.txt redirects
         self.dns = Dns(cfg, self.stats, self.sites, policy, self._resolved)
         # both HTTP clients take addresses from the DNS stage; each is made at its first use
@@ -132,17 +133,14 @@ class Crawler:
             parser=self.parser, keep_raw=self.outputs.keep_raw, sites=self.sites,
             endings=self.endings, turn=self.turn, memory=self.memory, session=self.session,
             http1=self.http1,
-            revisits=self.revisits,
+            recrawl=self.recrawl,
         )
         # the node calls back into the stages built on its seams
         self.node.bind(CrawlHooks(sites=self.sites, queued=self.sequencer.notify,
                                   changed=self.changed, idle=self.idle,
                                   parse_pending=self.parser.flush,
-                                  adopt=self.revisits.adopt if self.revisits else _no_history,
-                                  surrender=(self.revisits.surrender if self.revisits
-                                             else _no_revisit),
-                                  site_learned=(self.revisits.site_learned if self.revisits
-                                                else _nothing_learned)))
+                                  adopt=self.recrawl.adopt, surrender=self.recrawl.surrender,
+                                  site_learned=self.recrawl.site_learned))
         fetch_page = self.node.page_fetch(self.reader.fetch)
         if on_page_fetch is not None:
             fetch_page = _observed(fetch_page, on_page_fetch)
@@ -162,11 +160,12 @@ class Crawler:
         self.stop_requested = False
         self._changed = asyncio.Event()
 
-    def _revisits(self) -> Revisits:
+    def _revisits(self) -> Recrawl:
         """recrawl on: the schedule in stateDir and the stage that feeds its due visits back
         (the reader and the crawl log report every page's outcome to it)."""
+        from larbinpy.frontier.recrawldb import SiteStates
         from larbinpy.frontier.schedule import GRANULARITY, Schedule
-        from larbinpy.stages.revisits import Revisits, SiteStates
+        from larbinpy.stages.revisits import Revisits
 
         # a page is popped at most a granularity late: a small share of recrawlMin
         schedule = self.stores.add("schedule", Schedule(
@@ -174,15 +173,14 @@ class Crawler:
             granularity=min(GRANULARITY, max(0.01, self.cfg.recrawl_min / 16))))
         states = self.stores.add("recrawl sites", SiteStates(
             self.state.schedule_dir / "sites.sqlite", self.turn))
-        return Revisits(self.cfg, self.stats, schedule, self.sites, self.changed,
-                        self.node.hand_over, states=states, turn=self.turn)
+        return Revisits(self.cfg, schedule, states, self.sites, self.clock, self.turn,
+                        self.changed, self.node.hand_over)
 
     def _subscribe(self) -> None:
         """Who is told every job's final outcome, in this order (the order is important): the
         recrawl sets the page's due time, which the crawl log's line then says; the
         done-record last, so a job is done once everything else knows it."""
-        if self.revisits is not None:
-            self.endings.subscribe(self.revisits.ended)
+        self.endings.subscribe(self.recrawl.ended)
         self.endings.subscribe(self.failures.ended)
         if self.crawl_log is not None:
             self.endings.subscribe(self.crawl_log.ended)
@@ -241,7 +239,7 @@ class Crawler:
             and self.parser.pending == 0  # pages read this turn, links not extracted yet
             and self.outputs.backlog() == 0  # a full disk pauses the crawl; it is not done
             and self.node.idle()  # nothing on its way elsewhere (a cluster's Redis)
-            and (self.revisits is None or self.revisits.pending == 0)  # due, not yet fed
+            and self.recrawl.pending == 0  # (recrawl) due, not yet fed
         )
 
     def changed(self) -> None:
@@ -281,7 +279,7 @@ class Crawler:
                 "kind": self.cfg.seen_set, "bitmap_fill": round(self.seen.fill(), 6),
                 "expected_loss": self.seen.expected_loss()} if self.node.local_state else None,
             failures=self.failures.lines(),
-            recrawl=None if self.revisits is None else self.revisits.figures().as_dict(),
+            recrawl=self.recrawl.figures(),
         )
 
     # --- run ---
@@ -293,8 +291,7 @@ class Crawler:
                  asyncio.ensure_future(self.sequencer.run()),
                  asyncio.ensure_future(self._tick()),
                  asyncio.ensure_future(self._checkpoints())]
-        if self.revisits is not None:
-            tasks.append(asyncio.ensure_future(self.revisits.run()))
+        tasks.append(asyncio.ensure_future(self.recrawl.run()))
         self._install_signals()
         ports = self._ports()
         try:
@@ -623,19 +620,6 @@ def crawl_log_path(cfg: Config) -> Path | None:
     if cfg.crawl_log is None:
         return None
     return Path(cfg.save_dir) / cfg.crawl_log  # an absolute crawlLog stays as it is
-
-
-def _no_history(visits: list[Visit], sites: dict[str, bytes]) -> None:
-    """recrawl off: no node hands pages over with their history (nor is any asked to)."""
-
-
-def _no_revisit(job: Job) -> None:
-    """recrawl off: no job is a revisit with a history."""
-
-
-def _nothing_learned(key: str) -> bytes:
-    """recrawl off: no site learns anything to hand over."""
-    return b""
 
 
 def _observed(fetch: PageFetch, observe: Callable[[Site, Job], None]) -> PageFetch:

@@ -161,7 +161,10 @@ class Site:
     in_ready: bool = False  # already on the opener's ready queue
     waiting_ip: bool = False  # already parked on its IP's waiting list
     timer: asyncio.TimerHandle | None = None  # only for its own clock, never its IP's
-    recrawl: Any = None  # recrawl: its budget and validator trust (stages/revisits.SiteRecrawl)
+    # recrawl: before this loop time no revisit of it is fed (recrawlShare of its politeness
+    # capacity), and the one timer that feeds it then
+    revisit_at: float = 0.0
+    revisit_timer: asyncio.TimerHandle | None = None
     # its DNS answer (expiry on the loop's clock, addresses): the DNS stage's cache entry, which
     # its row on disk keeps (frontier/sitedb.py) so a site brought back within the TTL asks
     # no DNS again

@@ -30,7 +30,8 @@ from larbinpy.crawler import Crawler
 from larbinpy.daemon.status import snapshot
 from larbinpy.daemon.statuspage import metrics_text, render_html
 from larbinpy.demo import DnsServer, Site
-from larbinpy.stages import revisits as revisits_stage
+from larbinpy.frontier import recrawl as revisits_stage
+from larbinpy.frontier.recrawldb import SiteStates
 
 RECRAWL = "recrawl on\nrecrawlMin 0.2\nrecrawlMax 0.4\n"
 
@@ -209,7 +210,7 @@ async def test_a_restart_keeps_each_sites_budget_and_the_validators_it_proved_fa
 
     def state_of(crawler: Crawler, host: str) -> revisits_stage.SiteRecrawl | None:
         site = crawler.sites.by_key.get(keys[host])
-        return None if site is None else crawler.revisits.site_state(site)
+        return None if site is None else crawler.recrawl.site_state(site)
 
     def revisited(host: str, since: float, n: int) -> bool:
         return sum(a.at > since for a in w.web.answers(host, "/a.html")) >= n
@@ -218,7 +219,7 @@ async def test_a_restart_keeps_each_sites_budget_and_the_validators_it_proved_fa
         await until(lambda: (s := state_of(crawler, churn)) is not None and not s.etag_trusted,
                     "the churning ETag proved false")
         await until(lambda: revisited(honest, 0.0, 3), "the honest site revisited")
-    states = revisits_stage.SiteStates(w.tmp / "state" / "schedule" / "sites.sqlite")
+    states = SiteStates(w.tmp / "state" / "schedule" / "sites.sqlite")
     saved = {h: states.get(keys[h], 1.0) for h in keys}
     states.close()
     assert saved[churn] is not None and saved[churn].etag_trusted is False
@@ -264,7 +265,7 @@ async def test_a_304_that_hides_a_change_is_caught_and_the_site_loses_its_valida
         def trusted() -> bool:
             """The site's validators are still sent."""
             site = crawler.sites.by_key.get(w.url(host, "/")[:-1])
-            return site is None or crawler.revisits.site_state(site).validators_trusted
+            return site is None or crawler.recrawl.site_state(site).validators_trusted
 
         changes = 0
         while trusted():
@@ -279,7 +280,7 @@ async def test_a_304_that_hides_a_change_is_caught_and_the_site_loses_its_valida
                         f"change {changes} found by an unconditional check")
         found = len(answers())
         await until(lambda: len(answers()) >= found + 3, "three more fetches")
-        state = crawler.revisits.site_state(crawler.sites.by_key[w.url(host, "/")[:-1]])
+        state = crawler.recrawl.site_state(crawler.sites.by_key[w.url(host, "/")[:-1]])
     # two strikes, or one a Last-Modified before the 304 proved (a change a second older)
     assert state.false_304s == revisits_stage.AUDIT_STRIKES
     assert 1 <= changes <= revisits_stage.AUDIT_STRIKES
@@ -492,9 +493,9 @@ async def test_a_sitemap_lastmod_makes_a_page_due_until_it_proves_false(lab):
         crawler.input.submit([w.url(host, "/p2.html")])
         # its line is written after its lastmods were checked
         await until(lambda: sitemap_lines() > before, "the sitemap read again")
-        assert w.url(host, "/a.html") not in crawler.revisits.claims
+        assert w.url(host, "/a.html") not in crawler.recrawl.claims
         site_record = crawler.sites.by_key[w.url(host, "/")[:-1]]
-        assert crawler.revisits.site_state(site_record).lastmod_trusted is False
+        assert crawler.recrawl.site_state(site_record).lastmod_trusted is False
     assert a_fetches() == 3
 
 
@@ -506,7 +507,7 @@ async def test_submit_force_makes_a_known_page_due_now(lab):
     async with w.crawling(start_urls(w, "honest") + f"recrawlMin 30\nrecrawlMax 60\n"
                           f"inputPort {http}\n") as crawler:
         await until(lambda: len(w.web.answers(host, "/a.html")) == 1, "the first pass")
-        await until(lambda: crawler.revisits.schedule.get(url) is not None, "scheduled")
+        await until(lambda: crawler.recrawl.schedule.get(url) is not None, "scheduled")
         await until(lambda: crawler.turn.pending is False, "its line written")
         run = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "larbinpy", "submit", "--port", str(http), "--force", url,

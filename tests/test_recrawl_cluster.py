@@ -19,7 +19,7 @@ from larbinpy.cluster.membership import owner_of
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
 from larbinpy.demo import DnsServer, Site
-from larbinpy.stages import revisits as revisits_stage
+from larbinpy.frontier import recrawl as revisits_stage
 
 redis_url = redisserver.redis_url
 HOSTS = 8
@@ -97,7 +97,7 @@ async def test_a_joining_node_takes_over_the_revisits_of_the_sites_it_now_owns(
         # (only n1's first revisit of the site did, which proved it false)
         served = web.answers(churn, "/") + web.answers(churn, "/a.html")
         assert sum(s.if_none_match is not None for s in served) == 1, served
-        assert n2.revisits is not None and len(n2.revisits.schedule) >= len(moved)
+        assert len(n2.recrawl.schedule) >= len(moved)
     finally:
         for crawler, _ in nodes:
             crawler.request_stop()

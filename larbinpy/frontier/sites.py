@@ -35,7 +35,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from larbinpy.frontier.diskqueue import SiteSpill
 from larbinpy.frontier.endings import Endings
@@ -43,6 +43,9 @@ from larbinpy.frontier.sitedb import SiteRecord, SiteRecords, loop_now, loop_to_
 from larbinpy.links.urls import host_of, site_key
 from larbinpy.records import IpSlot, Job, Site, SiteState
 from larbinpy.stats import Outcome, Stats, counted
+
+if TYPE_CHECKING:  # (loaded with `recrawl on` only)
+    from larbinpy.frontier.recrawl import SiteRecrawl
 
 WAITING_SHOWN = 10  # robots.txt retries named on the status page
 
@@ -91,6 +94,8 @@ class Sites:
         self.queued = 0  # jobs in all site queues, in memory and spilled
         self.in_memory = 0  # jobs in the in-memory windows
         self.idle: OrderedDict[str, None] = OrderedDict()  # sites with nothing to do, oldest first
+        # recrawl: each site's state while the site is in the table (recrawldb keeps it too)
+        self.recrawl_states: dict[str, SiteRecrawl] = {}
         self.forward = forward
         # the stages downstream (DNS, the opener) need this table first: see `connect`
         self.on_new_site: Callable[[Site], None] = lambda site: None
@@ -189,13 +194,35 @@ class Sites:
         """The site's jobs waiting, in memory and spilled."""
         return len(site.queue) + self.spill.count(site.key)
 
-    def recrawl_state(self, site: Site) -> object:
-        """The recrawl's state of a site (None until `set_recrawl_state`); forgotten with it."""
-        return site.recrawl
+    def find(self, key: str) -> Site | None:
+        """The site of this key, if the table holds it."""
+        return self.by_key.get(key)
 
-    def set_recrawl_state(self, site: Site, state: object) -> None:
+    def recrawl_state(self, site: Site) -> SiteRecrawl | None:
+        """The recrawl's state of a site (None until `set_recrawl_state`); forgotten with it."""
+        return self.recrawl_states.get(site.key)
+
+    def set_recrawl_state(self, site: Site, state: SiteRecrawl) -> None:
         """Keep the recrawl's state of a site (its budget multiplier, validator trust)."""
-        site.recrawl = state
+        self.recrawl_states[site.key] = state
+
+    def space_revisit(self, site: Site, now: float, spacing: float) -> float | None:
+        """The site's revisit clock: None when a revisit may be fed now (the clock then moves
+        `spacing` on), else the loop time from which one may. Like the politeness clock it
+        only moves later."""
+        if site.revisit_at > now:
+            return site.revisit_at
+        site.revisit_at = now + spacing
+        return None
+
+    def arm_revisit(self, site: Site, at: float, due: Callable[[Site], object]) -> None:
+        """The site's one revisit timer, for `at` (one a site: an armed one is kept)."""
+        if site.revisit_timer is None:
+            site.revisit_timer = asyncio.get_running_loop().call_at(at, due, site)
+
+    def revisit_timer_fired(self, site: Site) -> None:
+        """The site's revisit timer fired: it has none armed."""
+        site.revisit_timer = None
 
     def window(self) -> int:
         """Jobs a site may hold in memory now: its share of MEMORY_JOBS among the sites that
@@ -254,11 +281,12 @@ class Sites:
             site = self.by_key.get(key)
             if site is None or site.in_flight or self.has_work(site):
                 continue  # busy again: it will rest again later
-            if site.timer or (self.records is None and (
+            if site.timer or site.revisit_timer or (self.records is None and (
                     site.ready_at > now or (site.ip is not None and site.ip.ready_at > now))):
                 self.idle[key] = None  # its politeness clock still matters: later
                 break
             del self.by_key[key]
+            self.recrawl_states.pop(key, None)
             self._detach(site, now)
             forgotten += 1
         return forgotten

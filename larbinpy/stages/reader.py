@@ -43,15 +43,15 @@ from larbinpy.records import Job, JobKind, Page, Site
 from larbinpy.stages.bandwidth import BandwidthLimiter
 from larbinpy.stages.input import Input
 from larbinpy.stages.parser import HTML_TYPES, Parser
+from larbinpy.stages.recrawl import Recrawl
 from larbinpy.stages.robots import Robots
 from larbinpy.stages.sitemaps import take_sitemap
 from larbinpy.stats import Outcome, Stats
 from larbinpy.turn import TurnEnd
 
-if TYPE_CHECKING:  # loaded when asked for: cookies with `cookies`, revisits with `recrawl on`
+if TYPE_CHECKING:  # loaded when asked for: cookies with `cookies`, answers with `recrawl on`
     from larbinpy.frontier.recrawl import Answer
     from larbinpy.net.cookies import CookieJar
-    from larbinpy.stages.revisits import Revisits
 
 Response = Any  # an aiohttp.ClientResponse or an http1.Response: both read alike (http1.py)
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.\-]*):")
@@ -94,7 +94,7 @@ class Reader:
         memory: DocumentMemory,
         session: LazySession,
         http1: Http1Client | None,
-        revisits: Revisits | None = None,
+        recrawl: Recrawl,
     ) -> None:
         self.cfg, self.stats, self.normalizer = cfg, stats, normalizer
         self.memory = memory  # bodies take their bytes from it, the parser gives them back
@@ -112,7 +112,7 @@ class Reader:
         self.parser = parser  # 2xx pages go on to it (links, outputs)
         self.endings = endings  # each job's final outcome, told once
         self.turn = turn
-        self.revisits = revisits  # recrawl on: validators, digests, the schedule
+        self.recrawl = recrawl  # histories, validators, digests (NoRecrawl: none)
 
     def refused(self, site: Site, job: Job) -> bool:
         """Must this job not be requested at all? (If so, its outcome is counted here.)
@@ -144,14 +144,10 @@ class Reader:
             await self.turn.passed()
         if not self.outputs.ready:  # storage full or a slow hook: back-pressure, not memory
             await self.outputs.wait_ready()
-        answer, headers = None, None
-        if self.revisits is not None:
-            if job.kind is JobKind.REVISIT:
-                answer, headers = self.revisits.prepare(site, job)
-                if answer is None:  # stale: fetched and scheduled again since it was popped
-                    return
-            elif job.kind is JobKind.PAGE:
-                answer = self.revisits.first_answer()
+        prepared = self.recrawl.prepare(site, job)
+        if prepared is None:  # a stale revisit: fetched and scheduled again since it was popped
+            return
+        answer, headers = prepared
         if job.kind is not JobKind.REVISIT:  # maxPagesPerSite counts pages, not visits
             self.sites.count_page(site)
         ex = Exchange(time.monotonic(), answer)
@@ -163,8 +159,8 @@ class Reader:
             self.endings.end(job, kind, ex.status, ex.nbytes,
                              round((time.monotonic() - ex.start) * 1000), ex.ctype, ex.note,
                              answer)
-        elif self.revisits is not None and job.kind is JobKind.REVISIT:
-            self.revisits.release(job)  # it comes back through its site's queue
+        elif job.kind is JobKind.REVISIT:
+            self.recrawl.release(job)  # it comes back through its site's queue
 
     async def _request(self, site: Site, job: Job, ex: Exchange,
                        headers: dict[str, str] | None = None) -> Outcome:
@@ -212,8 +208,10 @@ class Reader:
         status = ex.status = resp.status
         ex.ctype = resp.content_type
         answer = ex.answer
-        if answer is not None and self.revisits is not None:  # recrawl on
-            self.revisits.answered(answer, resp)
+        if answer is not None:  # recrawl on
+            headers = resp.headers
+            answer.heard(status, headers.get("ETag"), headers.get("Last-Modified"),
+                         headers.get("Date"))
             if status == 304 and answer.conditional:
                 return await self._revisited(site, job, resp, ex, Outcome.notModified)
         if status not in BACK_OFF_STATUSES:
@@ -239,13 +237,13 @@ class Reader:
             if self.keep_raw:  # archived like robots.txt, not as a page of the crawl
                 self.parser.pass_on(self.outputs.record_robots, page)
             return take_sitemap(job, page.body, self.input, self.stats,
-                                None if self.revisits is None else self.revisits.lastmod)
+                                self.recrawl.lastmod)
         if not self._wanted_type(resp.content_type, job.url):
             return Outcome.badType
         page = await self._page(site, job, resp, ex)
-        if self.revisits is not None and ex.answer is not None:
+        if ex.answer is not None:
             payload = page.raw_body if page.raw_body is not None else page.body
-            if self.revisits.unchanged(ex.answer, payload):
+            if ex.answer.found(payload):
                 return self._as_kept(page, ex, Outcome.unchanged)
         if self.contents is not None and self._seen_body(page.body):
             self.parser.pass_on(self.outputs.record_duplicate, page)  # archives: a revisit
@@ -263,8 +261,7 @@ class Reader:
     def _as_kept(self, page: Page, ex: Exchange, kind: Outcome) -> Outcome:
         """A revisit that found the copy kept: archives record a revisit of the original
         capture; nothing else sees it (no new content, no links to follow)."""
-        assert self.revisits is not None
-        page.revisit = self.revisits.revisit_of(ex.answer, page.url, kind)
+        page.revisit = self.recrawl.revisit_of(ex.answer, page.url, kind)
         if self.keep_raw and page.revisit is not None:
             self.parser.pass_on(self.outputs.write, page)
         return kind
