@@ -190,17 +190,16 @@ class Crawler:
         """stateDir and what lives in it: the seen-sets, the FIFOs, the site spill, the crawl
         log. `local` False: a cluster node's, wiped (its queues and seen-set are in Redis)."""
         cfg, scratch = self.cfg, self.scratch
-        if local and not scratch:
-            _keep_saved_hash_size(cfg)
+        hash_size = _hash_size(cfg, resume=local and not scratch)
         self.state = StateDir(
             cfg.state_dir,
-            {"hashSize": cfg.hash_size, "hashFunctions": cfg.hash_functions},
+            {"hashSize": hash_size, "hashFunctions": cfg.hash_functions},
             scratch or not local,
             # a cluster node keeps its recrawl schedule: it owns those pages' sites
             keep=() if scratch else ("schedule",),
         )
         # a cluster's seen-set is in Redis; the local bitmap is only its cache (cluster/)
-        seen = open_seen_set(self.state.bitmap_path("seen"), cfg.hash_size,
+        seen = open_seen_set(self.state.bitmap_path("seen"), hash_size,
                              cfg.hash_functions, cfg.seen_set if local else "bitmap",
                              cfg.seen_cache)
         contents = (
@@ -571,15 +570,17 @@ def _node_type(cfg: Config) -> type[Embedded] | type[Cluster]:
     return Cluster
 
 
-def _keep_saved_hash_size(cfg: Config) -> None:
-    """A stateDir made with another default hashSize (2^30 before the exact seen-set's 2^27)
-    resumes with the size it was made with, unless larbin.conf sets one (then StateDir checks
-    that they agree)."""
-    saved = saved_meta(cfg.state_dir).get("hashSize")
+def _hash_size(cfg: Config, resume: bool) -> int:
+    """The seen-set's hashSize: larbin.conf's, except that a stateDir made with another
+    default (2^30 before the exact seen-set's 2^27) resumes with the size it was made with,
+    unless larbin.conf sets one (then StateDir checks that they agree). larbin.conf's Config
+    stays as parsed."""
+    saved = saved_meta(cfg.state_dir).get("hashSize") if resume else None
     if "hashsize" not in cfg.lines and isinstance(saved, int) and saved != cfg.hash_size:
         log.info("stateDir %s was made with hashSize %d: kept (larbin.conf sets none)",
                  cfg.state_dir, saved)
-        cfg.hash_size = saved
+        return saved
+    return cfg.hash_size
 
 
 def _schedule_position(saved: object) -> tuple[int, int, int] | None:
