@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import json
 import subprocess
@@ -10,11 +11,13 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 from hypothesis import settings
 
+from larbinpy import PURE
 from larbinpy.bench.changing import ChangingServer
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
@@ -45,6 +48,15 @@ async def until(condition: Callable[[], object], what: str = "the awaited condit
         if loop.time() > deadline:
             raise AssertionError(f"{what}: not after {timeout:.0f} s")
         await asyncio.sleep(every)
+
+
+def c_extension(name: str) -> ModuleType:
+    """The C extension `larbinpy.<name>` (setup.py builds them all at install): a missing one
+    fails the test with its ImportError. Only the pure-Python run (LARBINPY_PURE=1, as on a
+    machine without a compiler) skips a test that needs one it lacks."""
+    if PURE:
+        return pytest.importorskip(f"larbinpy.{name}")
+    return importlib.import_module(f"larbinpy.{name}")
 
 
 @pytest.fixture(autouse=True)

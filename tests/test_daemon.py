@@ -34,14 +34,24 @@ async def start_daemon(tw, extra: str = "") -> tuple[asyncio.subprocess.Process,
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "larbinpy", "-c", str(conf), cwd=tw.tmp,
         stderr=asyncio.subprocess.PIPE)
-    for _ in range(200):
+
+    async def answers() -> bool:
+        if proc.returncode is not None:
+            raise AssertionError(f"the daemon exited ({proc.returncode}) before answering")
         try:
             await asyncio.to_thread(get, port, "/status.json")
-            return proc, port
+            return True
         except OSError:
-            await asyncio.sleep(0.05)
-    proc.kill()
-    raise AssertionError("daemon did not start")
+            return False
+
+    try:
+        await until(answers, f"the daemon's status page answering on port {port}")
+    except BaseException:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+        raise
+    return proc, port
 
 
 def get(port: int, path: str) -> bytes:
@@ -59,13 +69,16 @@ def submit(port: int, url: str) -> dict:
 
 
 async def wait_idle(port: int, pages: int) -> dict:
-    """Poll status.json until idle with at least `pages` pages fetched (bounded)."""
-    for _ in range(200):
+    """Poll status.json until idle with at least `pages` pages fetched; its last answer."""
+    status: dict = {}
+
+    async def idle() -> bool:
+        nonlocal status
         status = json.loads(await asyncio.to_thread(get, port, "/status.json"))
-        if status["idle"] and status["pages"] >= pages:
-            return status
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"not idle: {status}")
+        return status["idle"] and status["pages"] >= pages
+
+    await until(idle, f"the daemon idle after {pages} pages")
+    return status
 
 
 async def test_sighup_reopens_the_log_file_for_logrotate(make_web):
@@ -78,11 +91,8 @@ async def test_sighup_reopens_the_log_file_for_logrotate(make_web):
         rotated = tw.tmp / "larbinpy.log.1"
         log.rename(rotated)  # what logrotate does
         proc.send_signal(signal.SIGHUP)
-        for _ in range(100):
-            if log.exists():
-                break
-            await asyncio.sleep(0.05)
-        assert log.exists() and "log files reopened" in log.read_text()
+        await until(lambda: log.exists() and "log files reopened" in log.read_text(),
+                    f"{log} made again, saying the log files were reopened")
     finally:
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.communicate(), 30)

@@ -402,8 +402,12 @@ def run_and_kill(script: str, tmp_path: Path, seed: int) -> int:
     child = subprocess.Popen([sys.executable, "-c", script, str(data), str(report), str(seed)],
                              cwd=REPO, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 20
-    while not (report.exists() and report.stat().st_size) and time.monotonic() < deadline:
+    while not (report.exists() and report.stat().st_size):
         assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        if time.monotonic() > deadline:
+            child.kill()
+            child.wait()
+            raise AssertionError("the writer child reported no flushed job in 20 s")
         time.sleep(0.01)
     time.sleep(random.Random(seed).uniform(0.0, 0.4))
     child.send_signal(signal.SIGKILL)

@@ -106,11 +106,6 @@ async def test_checkpoint_cursors_resume_exactly_what_was_not_taken(tmp_path: Pa
     again._close()
 
 
-def test_event_loop_not_needed_for_frontier_checks():
-    # the frontier tests above drive the stages synchronously: no hidden awaits in between
-    assert asyncio.iscoroutinefunction(Crawler.run)
-
-
 async def test_idle_sites_and_their_ip_slots_are_forgotten_beyond_the_bound(
     tmp_path: Path, monkeypatch
 ):

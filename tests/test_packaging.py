@@ -172,7 +172,7 @@ async def test_a_plain_pip_install_crawls_with_every_output(make_web, tmp_path: 
 
 @pytest.mark.slow
 async def test_an_install_without_a_c_compiler_says_what_to_install(tmp_path: Path) -> None:
-    """The C link scanner cannot be built: pip stops with what is missing, not a traceback
+    """The C extensions cannot be built: pip stops with what is missing, not a traceback
     at run time."""
     venv = tmp_path / "venv"
     code, out = await run(sys.executable, "-m", "venv", venv)
@@ -184,7 +184,7 @@ async def test_an_install_without_a_c_compiler_says_what_to_install(tmp_path: Pa
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out_bytes, _ = await asyncio.wait_for(proc.communicate(), 600)
     assert proc.returncode != 0
-    assert "could not build its C link scanner" in out_bytes.decode(errors="replace")
+    assert "could not build its C extensions" in out_bytes.decode(errors="replace")
     assert "apt-get install gcc python3-dev" in out_bytes.decode(errors="replace")
 
 

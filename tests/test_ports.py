@@ -44,29 +44,37 @@ async def daemon(tw, extra: str = "", same_port: bool = False, save_dir: Path | 
     crawler = Crawler(cfg, scratch=True)
     task = asyncio.ensure_future(crawler.run())
     async with aiohttp.ClientSession() as client:
-        for _ in range(100):  # wait for the listeners
+
+        async def listening() -> bool:
+            if task.done():  # it will never listen: say why (its exception, or its exit code)
+                raise AssertionError(f"the crawler ended before listening: {task.result()}")
             try:
                 async with client.get(f"http://127.0.0.1:{http}/status.json") as r:
-                    if r.status == 200:
-                        break
+                    return r.status == 200
             except aiohttp.ClientConnectionError:
-                await asyncio.sleep(0.05)
+                return False
+
         try:
+            await until(listening, f"the status page answering on port {http}")
             yield crawler, client, f"http://127.0.0.1:{http}", f"http://127.0.0.1:{inp}"
         finally:
             crawler.request_stop()
             assert await asyncio.wait_for(task, 30) == 0
 
 
-async def wait_idle(client: aiohttp.ClientSession, status_url: str, timeout: float = 20) -> dict:
-    """Poll status.json until the crawler says it is idle."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
+async def wait_idle(client: aiohttp.ClientSession, status_url: str) -> dict:
+    """Poll status.json until the crawler says it is idle; its last answer. Fails when it
+    never does."""
+    status: dict = {}
+
+    async def idle() -> bool:
+        nonlocal status
         async with client.get(status_url + "/status.json") as r:
             status = await r.json()
-        if status["idle"] or asyncio.get_running_loop().time() > deadline:
-            return status
-        await asyncio.sleep(0.05)
+        return status["idle"]
+
+    await until(idle, f"the crawler idle ({status_url}/status.json)")
+    return status
 
 
 async def test_daemon_crawls_idles_and_crawls_again_on_submission(make_web):

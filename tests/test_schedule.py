@@ -196,10 +196,12 @@ def test_kill_9_while_writing_loses_no_flushed_page(tmp_path: Path, seed: int) -
                               str(seed)], cwd=REPO, stderr=subprocess.PIPE)
     want = 20 + 15 * seed  # rounds written before the kill: it lands mid-write at some point
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    while not (report.exists() and report.read_bytes().count(b"\n") >= want):
         assert child.poll() is None, child.stderr.read() if child.stderr else ""
-        if report.exists() and report.read_bytes().count(b"\n") >= want:
-            break
+        if time.monotonic() > deadline:
+            child.kill()
+            child.wait()
+            raise AssertionError(f"the writer child did not report {want} rounds in 60 s")
         time.sleep(0.005)
     child.send_signal(signal.SIGKILL)
     child.wait()
@@ -258,7 +260,10 @@ def test_kill_9_while_spreading_a_far_bucket_loses_and_doubles_nothing(
     deadline = time.monotonic() + 60
     while not (report.exists() and report.read_text().startswith("ready")):
         assert child.poll() is None, child.stderr.read() if child.stderr else ""
-        assert time.monotonic() < deadline
+        if time.monotonic() > deadline:
+            child.kill()
+            child.wait()
+            raise AssertionError("the spreading child did not report ready in 60 s")
         time.sleep(0.005)
     time.sleep(random.Random(seed).uniform(0.0, 1.5))  # the kill lands in it (~1 s) or after
     child.send_signal(signal.SIGKILL)

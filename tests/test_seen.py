@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import html, until
+from conftest import c_extension, html, until
 
 from larbinpy.daemon.status import snapshot
 from larbinpy.daemon.statuspage import metrics_text
@@ -130,10 +130,21 @@ def test_urls_that_left_the_memo_of_recent_urls_are_still_seen(tmp_path: Path):
     seen.close()
 
 
+def test_the_seen_test_in_use_is_the_c_twin_unless_told() -> None:
+    """A page's links are tested by `_seenbits` where it was built (a failed build falls back
+    to Python without a word: this says so), by Python under LARBINPY_PURE=1."""
+    from larbinpy import PURE
+
+    if PURE:
+        assert seen_module._seenbits is None
+    else:
+        assert seen_module._seenbits is c_extension("frontier._seenbits")
+
+
 def both_twins(monkeypatch, seen_set, keys: list[str]) -> tuple[list[str], list[str]]:
     """`missing(keys)` by the C twin and by the Python code, each from the same memo of recent
     URLs; the memo each leaves must be the same too (the answers are compared by the caller)."""
-    twin = pytest.importorskip("larbinpy.frontier._seenbits")  # (built by `pip install .`)
+    twin = c_extension("frontier._seenbits")
     memo = seen_set if isinstance(seen_set, BitmapSeenSet) else seen_set.bitmap
     before = set(memo._recent), set(memo._older)
     answers, memos = [], []

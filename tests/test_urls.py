@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
+from conftest import c_extension
 
 from larbinpy.links.urls import (
     _MISS,
@@ -827,13 +828,25 @@ def _page_of_hrefs(rng: random.Random) -> list[str]:
     return hrefs + rng.sample(hrefs, min(3, len(hrefs)))
 
 
+def test_the_resolver_in_use_is_the_c_twin_unless_told() -> None:
+    """Normalizer resolves plain links with `_plainlinks` where it was built (a failed build
+    falls back to Python without a word: this says so), with Python under LARBINPY_PURE=1."""
+    import larbinpy.links.urls as urls
+    from larbinpy import PURE
+
+    if PURE:
+        assert urls._plainlinks is None
+    else:
+        assert urls._plainlinks is c_extension("links._plainlinks")
+
+
 @pytest.mark.parametrize(("cache_max", "urls_max"), [(16_384, 65_536), (40, 65_536), (16_384, 25)])
 def test_the_c_twin_answers_a_pages_misses_as_the_python_loop_does(
         monkeypatch: pytest.MonkeyPatch, cache_max: int, urls_max: int) -> None:
     """`_plainlinks.tails` (C) and `_tail`, `_plain` and their caching (Python) give every page
     the same links, and, while no cache or table fills, leave the same caches behind; with
     small bounds they stop for Python to empty them, and the links stay the same."""
-    twin = pytest.importorskip("larbinpy.links._plainlinks")  # (built by `pip install .`)
+    twin = c_extension("links._plainlinks")
     import larbinpy.links.urls as urls
 
     monkeypatch.setattr(urls, "_CACHE_MAX", cache_max)
@@ -860,7 +873,7 @@ def test_the_c_twins_lookups_and_de_duplication_answer_as_pythons() -> None:
     """`_plainlinks.cached` gives what resolve_upto's two maps give (the absolute links' cache
     answering last), `distinct` what `dict.fromkeys` keeps (equal strings that are distinct
     objects are one URL; None dropped), on short pages and on pages of thousands of URLs."""
-    twin = pytest.importorskip("larbinpy.links._plainlinks")
+    twin = c_extension("links._plainlinks")
     rng = random.Random(5)
     for n in (0, 1, 7, 200, 3000):
         pool = [f"http://h{rng.randrange(9)}.test/{rng.randrange(n + 1)}" for _ in range(n)]
@@ -878,7 +891,7 @@ def test_the_c_twins_lookups_and_de_duplication_answer_as_pythons() -> None:
 def test_the_c_de_duplication_survives_a_comparison_that_empties_the_list() -> None:
     """A URL's == may run code (a str subclass): one that empties the list under `distinct` or
     `cached` ends it there, without reading freed memory."""
-    twin = pytest.importorskip("larbinpy.links._plainlinks")
+    twin = c_extension("links._plainlinks")
 
     class Emptying(str):
         def __eq__(self, other: object) -> bool:
@@ -898,7 +911,7 @@ def test_the_c_twin_answers_plain_links_and_urls_of_the_table_and_caches_nothing
     """`_plainlinks.tails` answers plain links (relative, rooted, absolute; None when too long)
     and the URLs of the table, leaves the rest to ada-url, and adds nothing to the table: a
     plain link costs less to check again than to remember."""
-    twin = pytest.importorskip("larbinpy.links._plainlinks")
+    twin = c_extension("links._plainlinks")
     known = "http://e.com/d/x;1"
     same = {known: known}
     hrefs = ["p.html", "/q?x=1", "http://f.com/r", "x;1", "x;2", "HTTP://f.com/",
@@ -931,7 +944,7 @@ def test_the_c_twin_reads_a_list_shortened_under_it_no_further(shortened: str) -
     """A call of `query_check` may run any code (on Python 3.11 the match object it makes may
     start a collection, which runs finalizers): a list it shortens ends the loop there, and is
     not read past its end."""
-    twin = pytest.importorskip("larbinpy.links._plainlinks")
+    twin = c_extension("links._plainlinks")
     hrefs = ["a?q", "b?q", "c?q"]
     urls: list[object] = [_MISS] * 3
     lists = {"hrefs": hrefs, "urls": urls}
