@@ -109,7 +109,7 @@ class Crawler:
         self.recrawl: Recrawl = self._revisits() if cfg.recrawl else NoRecrawl()
         self.input = Input(cfg, self.normalizer, self.seen, self.frontier, self.stats,
                            self.node.admission, self.sequencer.notify,
-                           make_due=self.recrawl.force)
+                           make_due=self.recrawl.force, discovered=self.recrawl.discovered)
         policy = NetworkPolicy(cfg.allow_networks)  # one for DNS and robots.txt redirects
         self.dns = Dns(cfg, self.stats, self.sites, policy, self._resolved)
         # both HTTP clients take addresses from the DNS stage; each is made at its first use
@@ -342,6 +342,18 @@ class Crawler:
         outputs = cfg.effective_outputs()
         log.info("outputs: %s", f"{', '.join(outputs)} in {Path(cfg.save_dir).resolve()}"
                  if outputs else "none")
+        if self._nothing_can_come():
+            log.warning("nothing to crawl: no startUrl, no seedFile, no URL in stateDir %s and "
+                        "inputPort 0: no URL can ever reach this crawl", cfg.state_dir)
+
+    def _nothing_can_come(self) -> bool:
+        """Can no URL ever reach this crawl? (No seed, nothing resumed, no input port, and
+        not a cluster node, which other nodes give work.)"""
+        cfg = self.cfg
+        return (not cfg.start_urls and not cfg.seed_file and not cfg.input_port
+                and cfg.cluster is None and self.saved.fresh and not self.resumed
+                and not self.finished_before and len(self.frontier) == 0
+                and self.sites.queued == 0)
 
     def _resume(self) -> None:
         """Put back what the last checkpoint held in memory, and restart spilled sites."""

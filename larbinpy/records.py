@@ -42,6 +42,9 @@ class Job:
     # the URL it was found on (None for seeds and submissions), for the crawl log; a
     # normalized URL, so it holds no tab or newline (the job-line codec relies on it)
     via: str | None = None
+    # once its page is parsed: how many URLs never seen before its links gave (the recrawl's
+    # discovery estimate; in memory only)
+    found: int = 0
 
 
 class SiteState(enum.Enum):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 from test_ports import daemon, small_web
 
 from larbinpy import __version__
@@ -202,3 +204,38 @@ async def test_a_state_made_with_another_default_hash_size_resumes(make_web) -> 
         _, err = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode == code, err.decode()
     assert "state was made with hashSize 1073741824" in err.decode()
+
+
+async def _start_daemon_and_read_until(conf: Path, cwd: Path, wanted: str) -> str:
+    """Start `larbinpy -c conf`, read its log until a line holds `wanted`, stop it with
+    SIGTERM (it must exit 0); the log it wrote."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "larbinpy", "-c", str(conf), cwd=cwd,
+        stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    lines: list[str] = []
+    try:
+        while not any(wanted in line for line in lines):
+            line = await asyncio.wait_for(proc.stderr.readline(), 30)
+            assert line, f"the daemon exited before logging {wanted!r}: {''.join(lines)}"
+            lines.append(line.decode())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest = await asyncio.wait_for(proc.stderr.read(), 60)
+        lines.append(rest.decode())
+        assert await proc.wait() == 0, "".join(lines)
+    return "".join(lines)
+
+
+async def test_a_daemon_with_nothing_it_can_ever_crawl_says_so(tmp_path: Path) -> None:
+    """No startUrl, no seedFile, an empty stateDir and inputPort 0: nothing can ever reach it,
+    and the log says so at start instead of waiting silently; the same daemon with an input
+    port (URLs may come) does not."""
+    base = f"stateDir {tmp_path}/state\nsaveDir {tmp_path}/save\nhttpPort 0\n"
+    conf = tmp_path / "larbin.conf"
+    conf.write_text(base + "inputPort 0\n")
+    log = await _start_daemon_and_read_until(conf, tmp_path, "nothing to crawl")
+    assert "no startUrl, no seedFile" in log
+    conf.write_text(base + f"inputPort {free_port()}\n")
+    log = await _start_daemon_and_read_until(conf, tmp_path, "input port (inputPort) on")
+    assert "nothing to crawl" not in log

@@ -159,7 +159,7 @@ def test_an_audit_goes_first_among_a_sites_waiting_visits() -> None:
     p = policy()
     overdue = Visit("http://h.test/old", due=T0, fetched_at=T0 - 900)
     audited = Visit("http://h.test/audit", due=T0, fetched_at=T0 - 1)
-    fifo = [(overdue, 0.01), (audited, 0.0)]
+    fifo = [(overdue, 0.01, 0.0), (audited, 0.0, 0.0)]
     assert p.most_urgent(fifo, {"http://h.test/audit"}, T0) == 1
     assert p.most_urgent(fifo, set(), T0) == 0  # else the page a visit now helps most
 
@@ -185,3 +185,51 @@ def test_the_due_interval_leaves_its_sites_slack_except_at_the_bounds() -> None:
     assert p.due_after(HI) == HI  # a visit before recrawlMax gains nothing there
     assert p.due_after(11.0) == LO
     assert policy_module.interval_of(Visit(URL, due=T0 + 30, fetched_at=T0)) == 30.0
+
+
+def front_page(p: Policy, publishing: int, quiet: int, yields: bool) -> Visit:
+    """A front page changing at every revisit (an article every 2 s) for `publishing`
+    revisits, then unchanged for `quiet` more, beside a page that never changes, on a site
+    whose politeness (60 s) cannot serve both at recrawlMin; `yields`: its revisits find the
+    new articles (else they are found elsewhere)."""
+    state = site()
+    other = p.observed(Job(URL + "?other", 3), Outcome.success, answered(None, b"o"), state,
+                       T0, delay=60.0, coming=0).visit
+    front = p.observed(Job(URL, 3), Outcome.success, answered(None, b"0"), state, T0,
+                       delay=60.0, coming=0).visit
+    for i in range(1, publishing + quiet + 1):
+        now = front.due
+        job = Job(URL, 3, kind=JobKind.REVISIT)
+        changed = i <= publishing
+        if changed and yields:
+            job.found = max(1, round(0.5 * (now - front.fetched_at)))
+        body = f"{min(i, publishing)}".encode()
+        kind = Outcome.success if changed else Outcome.unchanged
+        front = p.observed(job, kind, answered(front, body), state, now, 60.0, 0).visit
+        other = p.observed(Job(URL + "?other", 3, kind=JobKind.REVISIT), Outcome.unchanged,
+                           answered(other, b"o"), state, now + 1, 60.0, 0).visit
+    return front
+
+
+def test_a_page_whose_revisits_find_new_urls_is_revisited_often_though_it_changes_too_fast(
+) -> None:
+    """A front page changes at every visit, too fast for a copy of it to stay fresh, so for
+    freshness alone it is not worth visiting often; each revisit finding new articles makes
+    it worth it, and the estimate of what it finds falls once it finds nothing."""
+    p = policy()
+    finding = front_page(p, 30, 0, yields=True)
+    alone = front_page(p, 30, 0, yields=False)
+    assert p.found(finding.stats) == pytest.approx(0.5, rel=0.3)
+    assert p.found(alone.stats) == 0.0
+    assert finding.due - finding.fetched_at < 0.25 * (alone.due - alone.fetched_at)
+    quiet = front_page(p, 30, 50, yields=True)
+    assert p.found(quiet.stats) < 0.05
+
+
+def test_without_discovery_the_interval_is_the_freshness_one_and_it_shortens_with_it() -> None:
+    stats = freshness.observe(b"", 0.0, 0.0, False)
+    fresh = freshness.posterior_interval(stats, 16.0, LO, HI)
+    assert freshness.discovery_interval(stats, 0.0, 16.0, LO, HI) == fresh
+    found = [freshness.discovery_interval(stats, rate, 16.0, LO, HI)
+             for rate in (0.001, 0.01, 0.1, 1.0)]
+    assert found == sorted(found, reverse=True) and found[0] < fresh and found[-1] == LO

@@ -15,7 +15,8 @@ nothing is fsynced on this path.
 - The crawl log (`crawlLog`, optional): one JSON object a line for the operator (`t`, `url`,
   `kind`, `status`, `bytes`, `ms`, `type`, `depth`, `via`, and `note` when the kind does not
   say why: the robots.txt failure, the timeout's limit; with `recrawl on`, `next` on the line of
-  every page scheduled again: when it is due). Whole lines only: a failed write is
+  every page scheduled again: when it is due, and `new` on a revisit's whose page gave URLs
+  never seen before: how many). Whole lines only: a failed write is
   cut back to the last whole line. Reopened by name on SIGHUP (logrotate).
 - The done-record (`stateDir/done`): the URLs finished since the last checkpoint. On restart
   they are the `skip` set: the checkpoint's jobs and the FIFOs' replay include them, and the
@@ -34,8 +35,8 @@ from pathlib import Path
 
 from larbinpy.frontier.durable import Store
 from larbinpy.frontier.endings import Ended
-from larbinpy.records import Job
-from larbinpy.stats import Outcome, counted
+from larbinpy.records import JobKind
+from larbinpy.stats import counted
 from larbinpy.turn import Phase, TurnEnd
 
 log = logging.getLogger("larbinpy.crawllog")
@@ -46,20 +47,24 @@ _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND
 # through json's own C escaper (quotes, backslashes, control characters; non-ASCII kept);
 # `kind` is an Outcome name, plain ASCII; `t` has json's meaning of round(t, 3).
 _LINE = ('{"t":%.3f,"url":%s,"kind":"%s","status":%s,"bytes":%d,"ms":%d,"type":%s,'
-         '"depth":%d,"via":%s%s%s}\n')
+         '"depth":%d,"via":%s%s}\n')
 
 
-def _line(job: Job, kind: Outcome, status: int | None, nbytes: int, ms: int,
-          ctype: str | None, note: str | None = None, due: float | None = None) -> str:
-    """The crawl-log line of one job's outcome (`note`, when given, says why in words;
-    `due`: recrawl, when the page is due again, written as `next`)."""
+def _line(e: Ended) -> str:
+    """The crawl-log line of one job's outcome (`note`, when given, says why in words; with
+    recrawl, `next` when the page is due again, and `new` the URLs never seen before a
+    revisit's page gave)."""
+    job, status, ctype, note, due = e.job, e.status, e.ctype, e.note, e.due
     via = job.via
-    return _LINE % (time.time(), encode_basestring(job.url), kind.value,
-                    "null" if status is None else status, nbytes, ms,
+    extra = "" if note is None else ',"note":' + encode_basestring(note)
+    if due is not None:
+        extra += f',"next":{due:.3f}'
+        if job.found and job.kind is JobKind.REVISIT:
+            extra += f',"new":{job.found}'
+    return _LINE % (time.time(), encode_basestring(job.url), e.kind.value,
+                    "null" if status is None else status, e.nbytes, e.ms,
                     encode_basestring(ctype) if ctype else "null", job.depth,
-                    "null" if via is None else encode_basestring(via),
-                    "" if note is None else ',"note":' + encode_basestring(note),
-                    "" if due is None else f',"next":{due:.3f}')
+                    "null" if via is None else encode_basestring(via), extra)
 
 
 class LineFile(Store):
@@ -124,10 +129,21 @@ class CrawlLog(LineFile):
     def __init__(self, path: Path, turn: TurnEnd) -> None:
         self.path = path
         super().__init__(_open(path), turn)
+        # the turn's outcomes, made into lines in the CRAWL_LOG phase: by then the recrawl has
+        # set their `due` and the parser what their pages discovered
+        self._ended: list[Ended] = []
 
     def ended(self, e: Ended) -> None:
-        """A job's final outcome (an `Endings` subscriber): its line."""
-        self.add(_line(e.job, e.kind, e.status, e.nbytes, e.ms, e.ctype, e.note, e.due))
+        """A job's final outcome (an `Endings` subscriber): its line, at the end of the turn."""
+        self._ended.append(e)
+        self.turn.due()
+
+    def flush(self) -> None:
+        """The turn's lines, written (one write)."""
+        if self._ended:
+            ended, self._ended = self._ended, []
+            self._lines.extend(_line(e) for e in ended)
+        super().flush()
 
     def reopen(self) -> None:
         """SIGHUP: write what is gathered, then reopen the crawl log by name (logrotate)."""

@@ -245,9 +245,11 @@ class SiteBudget:
         self.account(old_interval, new)
         return new
 
-    def target(self, rate: float, lo: float, hi: float, stats: bytes | None = None) -> float:
+    def target(self, rate: float, lo: float, hi: float, stats: bytes | None = None,
+               found: float = 0.0) -> float:
         """The interval at the site's mu for a page of this rate (not counted: `account`);
-        with the page's estimator `stats`, for its posterior rate (`posterior_interval`)."""
+        with the page's estimator `stats`, for its posterior rate (`posterior_interval`), and
+        the new URLs a second its revisits yield (`found`: `discovery_interval`)."""
         if self.mu <= 0.0:
             # A new site: start where a page changing once a mean interval gets the mean
             # interval (or, with no page counted yet, where the prior puts a new page at
@@ -256,7 +258,7 @@ class SiteBudget:
             mean = self.mean_interval(lo, hi)
             self.mu = marginal(1.0 / mean, mean) if self.pages else 0.1 * lo
         if stats is not None:  # `rate` aside: the posterior also weighs a too-fast page
-            return posterior_interval(stats, self.mu, lo, hi)
+            return discovery_interval(stats, found, self.mu, lo, hi)
         return interval(rate, self.mu, lo, hi)
 
     def first(self, lo: float, hi: float, coming: int = 0) -> float:
@@ -486,3 +488,76 @@ def rate(stats: bytes, prior: float = 1.0 / 3600) -> float:
         if abs(step) <= 1e-9 * lam:
             break
     return lam
+
+
+# --- discovery: what a page's revisits find that was never seen ---
+
+_FOUND = struct.Struct("<ee")  # new URLs found (decayed), log2(1 + seconds watched) (decayed)
+FOUND_BYTES = _FOUND.size
+# the weight of discovery: a second of delay before a new page is fetched costs as much as
+# DISCOVERY_WEIGHT pages' seconds of staleness (see `discovery_interval`)
+DISCOVERY_WEIGHT = 16.0
+_BISECTIONS = 14  # steps of the discovery interval's bisection (2^-14 of its bracket's log)
+
+
+def observe_found(state: bytes, found: int, seconds: float, memory: float = MEMORY) -> bytes:
+    """The discovery state after a revisit `seconds` after the page's previous fetch that
+    found `found` URLs never seen before; its evidence decays like the change estimator's (a
+    page that stops yielding is learned again within a few `memory` visits)."""
+    if seconds <= 0.0:
+        return state
+    keep = 1.0 - 1.0 / max(1.0, memory)
+    n, u = _unpack_found(state)
+    n, u = n * keep + found, u * keep + seconds
+    return _FOUND.pack(min(n, 65000.0), min(65000.0, math.log2(1.0 + u)))
+
+
+def _unpack_found(state: bytes) -> tuple[float, float]:
+    """(new URLs found, seconds watched) of a discovery state; (0, 0) for none."""
+    if len(state) != FOUND_BYTES:
+        return 0.0, 0.0
+    n, u = _FOUND.unpack(state)
+    return n, math.exp2(u) - 1.0
+
+
+def found_rate(state: bytes) -> float:
+    """New URLs a second the page's revisits yield (0 for a page never revisited: most pages
+    yield none, and a page's first fetch tells nothing of what its revisits will)."""
+    n, u = _unpack_found(state)
+    return n / u if u > 0.0 and n > 0.0 else 0.0
+
+
+def discovery_interval(stats: bytes, found: float, mu: float, lo: float, hi: float,
+                       weight: float = DISCOVERY_WEIGHT) -> float:
+    """The interval of a page whose revisits yield `found` new URLs a second, where what one
+    more visit a second buys is worth the site's multiplier mu: the freshness it buys
+    (E[dF/df] over the posterior rate, as `posterior_interval`) plus the delay it saves the
+    new pages the page will list (they come at rate `found` and wait I / 2 on average, so
+    the cost is weight found I / 2 a second, and its marginal weight found I^2 / 2).
+
+    Both terms rise with I, so the interval is at most the smaller of the two intervals each
+    alone gives (`posterior_interval`, and sqrt(2 mu / (weight found))): bisection below it,
+    on a log scale, within [lo, hi]."""
+    fresh = posterior_interval(stats, mu, lo, hi)
+    if found <= 0.0 or mu <= 0.0:
+        return fresh
+    top = min(fresh, math.sqrt(2.0 * mu / (weight * found)), hi)
+    if top <= lo:
+        return lo
+    post = [(lam, w) for lam, w in posterior(stats, lo, hi) if lam > 0.0]
+
+    def excess(i: float) -> float:
+        return expected_marginal(post, i) + weight * found * i * i / 2.0 - mu
+
+    if excess(top) < 0.0:  # (held at hi)
+        return top
+    if excess(lo) >= 0.0:
+        return lo
+    a, b = lo, top
+    for _ in range(_BISECTIONS):
+        m = math.sqrt(a * b)
+        if excess(m) < 0.0:
+            a = m
+        else:
+            b = m
+    return b

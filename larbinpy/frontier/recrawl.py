@@ -62,6 +62,10 @@ POP_EVERY = 0.5  # seconds between two looks for due visits (at most; recrawlMin
 NOT_MODIFIED = "server-not-modified"
 IDENTICAL = "identical-payload-digest"
 GOOD = frozenset({Outcome.success, Outcome.notModified, Outcome.unchanged})
+# a page's schedule record keeps its change estimator's state, then its discovery state
+CHANGE_BYTES = freshness.STATE_BYTES
+# a visit waiting for its site: (its record, its change rate, the new URLs a second it yields)
+Waiting = tuple[Visit, float, float]
 # failures come back on their own, longer schedule; a redirect too (its target is a page)
 RETRIED = FETCH_ERRORS | {Outcome.err30X}
 
@@ -208,9 +212,15 @@ class Policy:
 
     def rate(self, stats: bytes) -> float:
         """A page's change rate as its schedule uses it (too fast to follow: inf)."""
-        if freshness.too_fast(stats):
+        change = stats[:CHANGE_BYTES]
+        if freshness.too_fast(change):
             return math.inf
-        return freshness.rate(stats, prior=1.0 / self.lo)
+        return freshness.rate(change, prior=1.0 / self.lo)
+
+    @staticmethod
+    def found(stats: bytes) -> float:
+        """New URLs a second the page's revisits yield (its discovery estimate)."""
+        return freshness.found_rate(stats[CHANGE_BYTES:])
 
     def due_after(self, target: float) -> float:
         """Seconds after a fetch that a page meant for `target` may be fetched again: (1 -
@@ -224,19 +234,30 @@ class Policy:
         due = interval_of(visit) or 0.0
         return due if due > (1.0 - PULL) * self.hi + 0.01 else due / (1.0 - PULL)
 
-    def most_urgent(self, fifo: list[tuple[Visit, float]], audits: Container[str],
-                    now: float) -> int:
+    def most_urgent(self, fifo: list[Waiting], audits: Container[str], now: float) -> int:
         """Which waiting visit of a site goes next: an audit of a 304 first (the sooner, the
-        more it proves), then the page a visit now helps most (`freshness.urgency` at its
-        rate; a page popped early, in its interval's slack, has urgency below 1)."""
+        more it proves), then the page a visit now helps most (`urgency`; a page popped
+        early, in its interval's slack, has urgency below 1)."""
         best, best_value = 0, -math.inf
-        for i, (visit, rate) in enumerate(fifo):
+        for i, (visit, rate, found) in enumerate(fifo):
             if visit.url in audits:
                 return i
-            value = freshness.urgency(rate, now - visit.fetched_at, self.target_of(visit))
+            value = self.urgency(visit, rate, found, now)
             if value > best_value:
                 best, best_value = i, value
         return best
+
+    def urgency(self, visit: Visit, rate: float, found: float, now: float) -> float:
+        """How due a waiting visit is: what a visit now is worth (the freshness it buys plus,
+        for a page that yields new URLs at `found` a second, the delay it saves them) over
+        what it was worth at the interval it was given (`freshness.urgency` without
+        discovery)."""
+        target, since = self.target_of(visit), now - visit.fetched_at
+        if found <= 0.0 or target <= 0.0:
+            return freshness.urgency(rate, since, target)
+        weight = freshness.DISCOVERY_WEIGHT * found / 2.0
+        due = freshness.marginal(rate, target) + weight * target * target
+        return (freshness.marginal(rate, since) + weight * since * since) / due
 
     # --- after a fetch ---
 
@@ -263,13 +284,14 @@ class Policy:
             self._audit(job, kind, answer, state, prior, now)
             if claim is not None:
                 _check_claim(job.url, kind, prior, state, claim)
-        stats, lm_strong = self._evidence(kind, answer, state, now)
+        change, lm_strong = self._evidence(kind, answer, state, now)
+        found = self._discovery(job, kind, prior, now)
         # the point estimate (inf for a page that changed at every visit, freshness.too_fast)
         # orders the site's waiting visits and decides audits; the interval comes from the
-        # whole posterior (`SiteBudget.target` with the stats)
-        rate = self.rate(stats)
+        # whole posterior (`SiteBudget.target` with the stats) and what the page discovers
+        rate = self.rate(change)
         state.budget.capacity = self.budget_capacity(state, delay)  # its delay may change
-        target, interval = self._interval(prior, rate, stats, state, coming)
+        target, interval = self._interval(prior, rate, change, found, state, coming)
         audit = self._audit_next(kind, rate, state, delay)
         if audit:
             # checked at once (its site's politeness still spaces it); its record then names
@@ -277,8 +299,20 @@ class Policy:
             # schedules it again as a page new to the schedule
             state.budget.account(interval, None)
             interval = 0.0
-        return Learned(self._visit(job, kind, answer, now, interval, lm_strong, stats),
+        return Learned(self._visit(job, kind, answer, now, interval, lm_strong, change + found),
                        audit, freshness.freshness(rate, target))
+
+    @staticmethod
+    def _discovery(job: Job, kind: Outcome, prior: Visit | None, now: float) -> bytes:
+        """The page's discovery state after this visit: the URLs never seen before its links
+        gave (`job.found`: a changed page's, parsed; a 304 or an unchanged body gives none)
+        over the time since its previous fetch. A first fetch tells nothing of what revisits
+        will find (its links are all new)."""
+        state = prior.stats[CHANGE_BYTES:] if prior is not None else b""
+        if prior is None or not prior.fetched_at:
+            return state
+        found = job.found if kind is Outcome.success else 0
+        return freshness.observe_found(state, found, now - prior.fetched_at)
 
     def _evidence(self, kind: Outcome, answer: Answer, state: SiteRecrawl, now: float
                   ) -> tuple[bytes, str | None]:
@@ -288,7 +322,7 @@ class Policy:
         lm_time = http_time(answer.last_modified)
         strong_lm = answer.last_modified if _strong(lm_time, answer.date, now) else None
         since = prior.fetched_at if prior else 0.0
-        evidence = prior.stats if prior else b""
+        evidence = prior.stats[:CHANGE_BYTES] if prior else b""
         if prior is not None and prior.status == 304 and not state.validators_trusted:
             # its evidence counted 304s of a site since caught lying: forgotten, and this
             # visit tells what came since the last capture the crawler saw for itself
@@ -308,8 +342,8 @@ class Policy:
                                   prior=1.0 / self.lo)
         return stats, strong_lm
 
-    def _interval(self, prior: Visit | None, rate: float, stats: bytes, state: SiteRecrawl,
-                  coming: int) -> tuple[float, float]:
+    def _interval(self, prior: Visit | None, rate: float, stats: bytes, found: bytes,
+                  state: SiteRecrawl, coming: int) -> tuple[float, float]:
         """(the optimiser's interval, the due interval) of a page, its site's budget counting
         it. The budget counts each page at the interval after which it may be fetched (its
         due time), (1 - PULL) of the interval the optimiser gives it, within recrawlMin..
@@ -320,7 +354,7 @@ class Policy:
             # (its site's pages still to come, a first pass, count as well)
             interval = state.budget.first(self.lo, self.hi, coming)
             return interval / (1.0 - PULL), interval
-        target = state.budget.target(rate, self.lo, self.hi, stats)
+        target = state.budget.target(rate, self.lo, self.hi, stats, freshness.found_rate(found))
         interval = self.due_after(target)
         state.budget.account(old, interval)
         return target, interval
@@ -384,7 +418,7 @@ class Policy:
             # its Last-Modified says this version was made before the 304 was sent:
             # the 304 lied, whatever the page's rate
             state.false_304s = max(state.false_304s + 1, AUDIT_STRIKES)
-        elif change_risk(freshness.rate(prior.stats, prior=1.0 / self.lo),
+        elif change_risk(freshness.rate(prior.stats[:CHANGE_BYTES], prior=1.0 / self.lo),
                          now - prior.fetched_at) < AUDIT_RISK:
             # changed since the 304, when a change that soon was unlikely: a strike
             state.false_304s += 1

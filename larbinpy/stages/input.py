@@ -103,6 +103,7 @@ class Input:
         admission: Admission,
         on_queued: Callable[[], None],
         make_due: Callable[[str], bool] | None = None,
+        discovered: Callable[[Job, list[Job]], None] = lambda page, jobs: None,
     ) -> None:
         self.cfg = cfg
         self.normalizer = normalizer
@@ -115,6 +116,8 @@ class Input:
         # recrawl: a forced submission of a page the schedule knows makes it due now (True)
         # rather than queueing it a second time
         self.make_due = make_due
+        # recrawl: the new URLs a revisited page's links gave (the discovery delay's start)
+        self.discovered = discovered
 
     def submit(
         self, urls: Iterable[str | tuple[str, int]], priority: int = 0, depth: int | None = None,
@@ -172,6 +175,9 @@ class Input:
                 continue
             jobs.append(Job(url, depth, parent.priority, via=page_url))
         self._queue(jobs)
+        parent.found = len(jobs)  # what this fetch of the page discovered
+        if jobs and parent.kind is JobKind.REVISIT:
+            self.discovered(parent, jobs)
 
     def add_redirect(self, parent: Job, target: str) -> None:
         """A redirect's target: a new job one hop further, scoped and de-duplicated like a link."""

@@ -53,6 +53,11 @@ class Recrawl(Protocol):
         body), for the archives."""
         ...
 
+    def discovered(self, page: Job, jobs: list[Job]) -> None:
+        """New URLs a revisited page's links gave, queued now (when each is first fetched
+        makes the discovery delay)."""
+        ...
+
     def release(self, job: Job) -> None:
         """A revisit job went back to its site's queue (a 429/503): its site may take the
         next one when it comes back."""
@@ -101,6 +106,9 @@ class NoRecrawl:
     def revisit_of(self, answer: Answer | None, url: str, kind: Outcome) -> Revisit | None:
         """No copy is kept to repeat."""
         return None
+
+    def discovered(self, page: Job, jobs: list[Job]) -> None:
+        """No page is revisited."""
 
     def release(self, job: Job) -> None:
         """No revisit jobs."""

@@ -23,7 +23,7 @@ from collections.abc import Callable, Container
 from dataclasses import replace
 
 from larbinpy.clock import Clock
-from larbinpy.frontier.recrawl import POP_EVERY, Policy
+from larbinpy.frontier.recrawl import POP_EVERY, Policy, Waiting
 from larbinpy.frontier.schedule import Schedule, Visit
 from larbinpy.frontier.sites import Sites
 from larbinpy.links.urls import site_key
@@ -51,8 +51,8 @@ class RevisitFeed:
         self.hand_over = hand_over
         self.on_fed = on_fed  # a revisit job was queued: "is the crawl done?" may change
         self.per_host, self.every = per_host, pop_every
-        # popped, by site, until the site takes them: (visit, its estimated change rate)
-        self.waiting: dict[str, list[tuple[Visit, float]]] = {}
+        # popped, by site, until the site takes them (with their rates: `recrawl.Waiting`)
+        self.waiting: dict[str, list[Waiting]] = {}
         self.pending = 0  # visits in `waiting`
         self.queued: dict[str, int] = {}  # revisit jobs in a site's queue or in flight
         self.wake = asyncio.Event()
@@ -82,7 +82,7 @@ class RevisitFeed:
                 later = now + max(self._spacing(key) * len(fifo), POP_EVERY)
                 self.schedule.put(replace(visit, due=later))
                 continue
-            fifo.append((visit, self.policy.rate(visit.stats)))
+            fifo.append((visit, self.policy.rate(visit.stats), self.policy.found(visit.stats)))
             self.pending += 1
             keys[key] = None
         for key in keys:

@@ -44,6 +44,7 @@ from larbinpy.frontier.schedule import Schedule, Visit
 from larbinpy.frontier.sites import Sites
 from larbinpy.links.urls import site_key
 from larbinpy.records import Job, JobKind, Revisit, Site
+from larbinpy.stages.discovery import Discovery
 from larbinpy.stages.recrawl import NO_HISTORY, Prepared
 from larbinpy.stages.revisitfeed import HandOver, RevisitFeed
 from larbinpy.stats import Outcome
@@ -71,8 +72,12 @@ class Revisits:
         self.claims: OrderedDict[str, float] = OrderedDict()
         self._fresh: deque[float] = deque(maxlen=FRESHNESS_SAMPLES)
         self._fresh_sum = 0.0
-        # the turn's due times, on disk before the done-record names the pages done
-        turn.on(Phase.SCHEDULE, schedule.flush)
+        self.turn = turn
+        self._ended: list[Ended] = []  # the turn's outcomes, scheduled at its end
+        self.discovery = Discovery()
+        # the turn's pages scheduled once parsed (what they discovered is known), their due
+        # times on disk before the done-record names them done
+        turn.on(Phase.SCHEDULE, self._schedule_turn)
 
     @property
     def pending(self) -> int:
@@ -115,10 +120,25 @@ class Revisits:
     # --- scheduling (an `Endings` subscriber) ---
 
     def ended(self, e: Ended) -> None:
-        """A job's final outcome: a page (not a sitemap) is scheduled again, and `e.due` says
-        when (the crawl log's `next`)."""
+        """A job's final outcome: a page (not a sitemap) is scheduled again at the end of the
+        turn, once its links are parsed, and `e.due` then says when (the crawl log's
+        `next`)."""
         if e.job.kind is not JobKind.SITEMAP:
-            e.due = self.schedule_page(e.job, e.kind, e.answer)
+            self._ended.append(e)
+            self.turn.due()
+
+    def _schedule_turn(self) -> None:
+        """The `SCHEDULE` phase: the turn's pages scheduled again, the schedule flushed."""
+        if self._ended:
+            ended, self._ended = self._ended, []
+            for e in ended:
+                e.due = self.schedule_page(e.job, e.kind, e.answer)
+        self.schedule.flush()
+
+    def discovered(self, page: Job, jobs: list[Job]) -> None:
+        """New URLs a revisited page's links gave: when each is first fetched makes the
+        discovery delay."""
+        self.discovery.found(page.url, [job.url for job in jobs], self.clock.wall())
 
     def schedule_page(self, job: Job, kind: Outcome, answer: Answer | None) -> float | None:
         """A page's final outcome: its next record in the schedule; when it is due (None:
@@ -127,6 +147,8 @@ class Revisits:
         if job.kind is JobKind.REVISIT:
             self.revisits[kind.value] = self.revisits.get(kind.value, 0) + 1
             self.feed.release(job)
+        elif self.discovery.waiting:
+            self.discovery.fetched(job.url, self.clock.wall())
         self.feed.after_fetch(key)
         site = self.sites.find(key)
         if answer is None:  # ended without a request (a dead site...)
@@ -243,7 +265,8 @@ class Revisits:
         return {"scheduled": f.scheduled, "due_now": f.due_now, "overdue": f.overdue,
                 "max_lateness_s": round(f.max_lateness_s, 3), "revisits": dict(self.revisits),
                 "not_modified_share": round(not_modified / answered if answered else 0.0, 4),
-                "freshness": None if fresh is None else round(fresh, 4)}
+                "freshness": None if fresh is None else round(fresh, 4),
+                "discovery": self.discovery.figures(self.clock.wall())}
 
     # --- a cluster's owner changes ---
 
