@@ -542,3 +542,32 @@ async def test_never_fetched_urls_go_before_due_revisits(lab):
     assert last_new - submitted >= 0.55 and len(revisits) <= 1, revisits
     gaps = [b.at - a.at for a, b in zip(w.web.served, w.web.served[1:], strict=False)]
     assert min(gaps) >= 0.05 - 0.005  # waitDuration holds between revisits and new URLs
+
+
+async def test_a_front_page_listing_new_articles_is_revisited_for_them_and_they_come_soon(lab):
+    """A front page that lists each new article as it appears (so it changes at every visit,
+    too fast for a copy of it to stay fresh) is revisited for what it discovers: each new
+    article is fetched within seconds, the crawl log's line of the revisit that found it says
+    so, and status.json reports the pages found and the delay."""
+    w = await lab("honest", more=30)
+    host = "honest.revisit.test"
+    front = w.web.changing[host]["/"]
+    extra = "recrawlMax 30\nwaitDuration 0.05\nconnectionsPerHost 1\n"
+    async with w.crawling(start_urls(w, "honest") + extra) as crawler:
+        await until(lambda: len(w.web.answers(host, "/p29.html")) >= 1, "the first pass")
+        delays = []
+        for k in range(8):
+            path = f"/new{k}.html"
+            w.web.changing[host][path] = ChangingPage()
+            front.links = (path, *front.links)
+            front.change()
+            published = time.monotonic()
+            await until(lambda path=path: w.web.answers(host, path), f"{path} fetched")
+            delays.append(time.monotonic() - published)
+        await until(lambda: crawler.recrawl.figures()["discovery"]["found_by_revisits"] >= 8,
+                    "the discoveries counted")
+        figures = crawler.recrawl.figures()["discovery"]
+    assert sorted(delays)[len(delays) // 2] < 2.0, delays
+    assert figures["delay_median_s"] is not None and figures["top_pages"][0]["url"] == w.url(host)
+    found = [line for line in w.log_lines() if line["url"] == w.url(host) and line.get("new")]
+    assert sum(line["new"] for line in found) >= 8

@@ -56,7 +56,9 @@ class Figures:
     # the last FAILURES_KEPT failures, oldest first (RecentFailures.lines)
     failures: tuple[dict[str, Any], ...] = ()
     # recrawl on: {"scheduled", "due_now", "overdue", "max_lateness_s", "revisits" (by
-    # outcome kind), "not_modified_share", "freshness"}; None without recrawl
+    # outcome kind), "not_modified_share", "freshness", "discovery" (stages/discovery.py:
+    # "found_by_revisits", "delays_last_hour", "delay_median_s", "delay_p90_s",
+    # "top_pages")}; None without recrawl
     recrawl: dict[str, Any] | None = None
 
 

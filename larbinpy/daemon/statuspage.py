@@ -213,7 +213,22 @@ def _recrawl_rows(r: dict[str, Any] | None) -> list[tuple[str, Any]]:
         ("revisits answered 304 (of those that found the page)",
          f'{r["not_modified_share"]:.1%}'),
         ("estimated freshness of the copy", fresh),
+        *_discovery_rows(r.get("discovery")),
     ]
+
+
+def _discovery_rows(d: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """recrawl on: the new pages revisits found, how soon they were fetched, the pages that
+    find most."""
+    if d is None:
+        return []
+    delay = ("none fetched in the last hour" if d["delay_median_s"] is None else
+             f'{d["delay_median_s"]:.1f} s / {d["delay_p90_s"]:.1f} s '
+             f'({d["delays_last_hour"]} in the last hour)')
+    top = "; ".join(f'{p["url"]} ({p["found"]})' for p in d["top_pages"][:5]) or "none yet"
+    return [("new pages found by revisits", d["found_by_revisits"]),
+            ("discovery delay, median / 90th percentile", delay),
+            ("pages that discover most", top)]
 
 
 def _seen_rows(seen: dict[str, Any] | None) -> list[tuple[str, Any]]:
@@ -315,6 +330,17 @@ def _recrawl_metrics(r: dict[str, Any]) -> Any:
         yield GaugeMetricFamily("larbinpy_recrawl_freshness",
                                 "Estimated time-averaged freshness of the copy (0..1)",
                                 value=r["freshness"])
+    d = r.get("discovery")
+    if d is not None:
+        yield _counter("larbinpy_recrawl_discovered", "New pages found by revisits",
+                       d["found_by_revisits"])
+        if d["delay_median_s"] is not None:
+            delay = GaugeMetricFamily("larbinpy_recrawl_discovery_delay_seconds",
+                                      "Time from a revisit finding a page to its first "
+                                      "fetch, over the last hour", labels=["quantile"])
+            delay.add_metric(["0.5"], d["delay_median_s"])
+            delay.add_metric(["0.9"], d["delay_p90_s"])
+            yield delay
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:

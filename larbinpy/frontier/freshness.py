@@ -539,7 +539,7 @@ def discovery_interval(stats: bytes, found: float, mu: float, lo: float, hi: flo
     alone gives (`posterior_interval`, and sqrt(2 mu / (weight found))): bisection below it,
     on a log scale, within [lo, hi]."""
     fresh = posterior_interval(stats, mu, lo, hi)
-    if found <= 0.0 or mu <= 0.0:
+    if found <= 0.0 or mu <= 0.0 or weight <= 0.0:
         return fresh
     top = min(fresh, math.sqrt(2.0 * mu / (weight * found)), hi)
     if top <= lo:
