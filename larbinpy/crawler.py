@@ -42,8 +42,8 @@ from larbinpy.frontier.sitedb import SiteRecords
 from larbinpy.frontier.sites import Sites
 from larbinpy.frontier.state import StateDir, saved_meta
 from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
-from larbinpy.net.client import LazySession, make_http1
 from larbinpy.net.docmemory import DocumentMemory
+from larbinpy.net.fetcher import Fetcher
 from larbinpy.net.policy import NetworkPolicy
 from larbinpy.node import CrawlHooks, Embedded, Node
 from larbinpy.outputs import Outputs
@@ -112,16 +112,16 @@ class Crawler:
                            make_due=self.recrawl.force, discovered=self.recrawl.discovered)
         policy = NetworkPolicy(cfg.allow_networks)  # one for DNS and robots.txt redirects
         self.dns = Dns(cfg, self.stats, self.sites, policy, self._resolved)
-        # both HTTP clients take addresses from the DNS stage; each is made at its first use
-        self.session, self.http1 = LazySession(cfg, self.dns), make_http1(cfg, self.dns)
+        # the HTTP clients take addresses from the DNS stage; each is made at its first use
+        self.fetcher = Fetcher(cfg, self.dns)
         # bodies being read or parsed share one budget: a document that does not fit waits
         self.memory = DocumentMemory(cfg.document_memory, self.stats)
         # robots.txt verdicts outlive the process: stateDir's file, behind Redis in a cluster
         self.verdicts = self.stores.add("robots", self.node.verdicts(
             FileVerdicts(self.state.robots_path(), self.turn)))
         self.robots = Robots(
-            cfg, self.stats, self.sites, policy, session=self.session, http1=self.http1,
-            memory=self.memory, store=self.verdicts,
+            cfg, self.stats, self.sites, policy, fetcher=self.fetcher, memory=self.memory,
+            store=self.verdicts,
             record=self.outputs.record_robots if self.outputs.keep_raw else None,  # archives
             on_sitemaps=self.input.add_sitemaps,  # Sitemap: lines, fed to input like links
         )
@@ -131,8 +131,7 @@ class Crawler:
             cfg, self.stats, self.normalizer, self.robots, self.input, self.outputs,
             BandwidthLimiter(cfg.max_bandwidth) if cfg.max_bandwidth else None, self.contents,
             parser=self.parser, keep_raw=self.outputs.keep_raw, sites=self.sites,
-            endings=self.endings, turn=self.turn, memory=self.memory, session=self.session,
-            http1=self.http1,
+            endings=self.endings, turn=self.turn, memory=self.memory, fetcher=self.fetcher,
             recrawl=self.recrawl,
         )
         # the node calls back into the stages built on its seams
@@ -304,9 +303,7 @@ class Crawler:
         finally:
             if ports is not None:
                 await ports.stop()
-            await self.session.close()
-            if self.http1 is not None:
-                self.http1.close()
+            await self.fetcher.close()
             await self.node.close()  # no-op after a clean stop; else (a cluster's) a kill -9
             await self.dns.close()
             self._close()

@@ -25,7 +25,7 @@ from larbinpy.config import parse_config
 from larbinpy.demo import DnsServer
 from larbinpy.net import aio
 from larbinpy.net.cares import DnsError, LoopResolver
-from larbinpy.net.client import keepalive_seconds, request_headers
+from larbinpy.net.fetcher import keepalive_seconds, request_headers
 from larbinpy.net.policy import NetworkPolicy
 
 

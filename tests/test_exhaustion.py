@@ -132,7 +132,8 @@ import asyncio, json, os, resource, sys
 from aiohttp import web
 from larbinpy.config import parse_config
 from larbinpy.net import aio, http1  # aio: imported before the descriptors run out
-from larbinpy.net.client import LazySession
+from larbinpy.net.fetcher import keepalive_seconds, request_headers
+from yarl import URL
 from larbinpy.net.policy import NetworkPolicy
 
 class Lookup:
@@ -153,7 +154,6 @@ async def main():
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     port = runner.addresses[0][1]
     cfg = parse_config(f"stateDir {sys.argv[1]}/state\\ntimeoutTotal 30\\n")
-    session = LazySession(cfg, Lookup())
     held = []
     try:
         while True:
@@ -168,8 +168,12 @@ async def main():
             os.close(fd)
 
     giver = asyncio.ensure_future(give_back())
-    async with session.get(f"http://page.test:{port}/") as resp:
+    session = aio.make_session(cfg, Lookup(), request_headers(cfg), keepalive_seconds(cfg))
+    resp = await aio.patient_get(session, URL(f"http://page.test:{port}/"), None)
+    try:
         text = await resp.text()
+    finally:
+        resp.release()
     await giver
     await session.close()
     await runner.cleanup()

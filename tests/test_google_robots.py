@@ -20,8 +20,8 @@ from larbinpy.config import parse_config
 from larbinpy.frontier.diskqueue import SiteSpill
 from larbinpy.frontier.sites import Sites
 from larbinpy.links.urls import Normalizer
-from larbinpy.net.client import LazySession, make_http1
 from larbinpy.net.docmemory import DocumentMemory
+from larbinpy.net.fetcher import Fetcher
 from larbinpy.net.policy import NetworkPolicy
 from larbinpy.records import Site
 from larbinpy.stages.dns import Dns
@@ -229,8 +229,8 @@ def larbinpy_fetches(robots_txt: str, agent: str, url: str) -> bool:
     cfg = parse_config(f'UserAgent "{agent}"\n')
     stats, policy = Stats(), NetworkPolicy(cfg.allow_networks)
     dns = Dns(cfg, stats, _sites(), policy, lambda site: None)  # no request is made here
-    robots = Robots(cfg, stats, _sites(), policy, session=LazySession(cfg, dns),
-                    http1=make_http1(cfg, dns), memory=DocumentMemory(cfg.document_memory, stats))
+    robots = Robots(cfg, stats, _sites(), policy, fetcher=Fetcher(cfg, dns),
+                    memory=DocumentMemory(cfg.document_memory, stats))
     canonical = Normalizer(strip_params=frozenset(), max_length=1 << 20).normalize(url)
     assert canonical is not None, url
     site = Site("http://foo.bar", "foo.bar")

@@ -486,7 +486,7 @@ class TrapLookup:
 async def test_aiohttp_path_counts_chunk_framing_against_the_budget(tmp_path: Path):
     from larbinpy.config import parse_config
     from larbinpy.net.aio import make_session
-    from larbinpy.net.client import keepalive_seconds, request_headers
+    from larbinpy.net.fetcher import keepalive_seconds, request_headers
 
     server = h.HostileServer([h.HostileSite("ext.trap", "127.0.4.5", h.chunk_extension()),
                               h.HostileSite("zeros.trap", "127.0.4.5", h.chunk_size_zeros())])

@@ -72,7 +72,7 @@ def test_the_runtime_modules_import_without_redis_and_dnslib() -> None:
                           text=True, timeout=120, check=True)
     names, loaded = (line.split() for line in proc.stdout.splitlines())
     for needed in ("larbinpy.cli", "larbinpy.crawler", "larbinpy.stages.dns",
-                   "larbinpy.outputs.warc", "larbinpy.net.client", "larbinpy.links.sitemaps",
+                   "larbinpy.outputs.warc", "larbinpy.net.fetcher", "larbinpy.links.sitemaps",
                    "larbinpy.frontier.diskqueue", "larbinpy.daemon.ports"):
         assert needed in names
     assert "aiohttp" in loaded and not TOOLING & set(loaded)

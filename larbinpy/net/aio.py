@@ -1,7 +1,7 @@
 """aiohttp, for what the crawler's own HTTP/1.1 client (`http1.py`) does not do: HTTPS and
 proxies.
 
-Imported by `client.LazySession` at the first request that needs it, so a crawl of plain
+Imported by `fetcher.Fetcher` at the first request that needs it, so a crawl of plain
 `http://` sites without a proxy never loads aiohttp (about half of the process's start-up CPU).
 
 One `TCPConnector` for the whole crawl; the opener already limits connections, so the
@@ -18,12 +18,13 @@ import asyncio
 import functools
 import socket
 import ssl
-from typing import Any, cast
+from typing import cast
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.http_exceptions import TransferEncodingError
+from yarl import URL
 
 from larbinpy.config import Config
 from larbinpy.net.http1 import patiently
@@ -81,39 +82,28 @@ class AioResolver(AbstractResolver):
         """Nothing to release: the DNS stage owns the channel."""
 
 
-class PatientGet:
-    """An aiohttp GET whose connect, failing for want of local resources (descriptors), is
-    tried again as the HTTP/1.1 client's are (`http1.patiently`), within the same total timeout:
-    the waits count against `timeoutTotal`. (A connect that failed sent nothing, so sending the
-    request again is the same request; aiohttp's public API, no connector internals.)"""
+async def patient_get(session: aiohttp.ClientSession, url: URL,
+                      headers: dict[str, str] | None) -> aiohttp.ClientResponse:
+    """A GET (no redirects followed) whose connect, failing for want of local resources
+    (descriptors), is tried again as the HTTP/1.1 client's are (`http1.patiently`), within the
+    same total timeout: the waits count against `timeoutTotal`. (A connect that failed sent
+    nothing, so sending the request again is the same request; aiohttp's public API, no
+    connector internals.) The caller releases the response."""
 
-    def __init__(self, session: aiohttp.ClientSession, url: Any, kwargs: dict[str, Any]) -> None:
-        self.session, self.url, self.kwargs = session, url, kwargs
-        self.resp: aiohttp.ClientResponse | None = None
-
-    async def __aenter__(self) -> aiohttp.ClientResponse:
-        """Send the request (again while descriptors are short); the response."""
-        resp, _ = await patiently(self._send)
-        self.resp = resp
-        return resp
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        """Release the connection, as aiohttp's own request context does."""
-        if self.resp is not None:
-            await self.resp.__aexit__(*exc_info)
-
-    async def _send(self, waited: float) -> aiohttp.ClientResponse:
+    async def send(waited: float) -> aiohttp.ClientResponse:
         """One try, its total timeout less the time already spent waiting."""
-        kwargs = self.kwargs
-        timeout = self.session.timeout
+        timeout = session.timeout
         if waited and timeout.total is not None:
             if waited >= timeout.total:
                 raise TimeoutError  # timeoutTotal ran out while descriptors were short
-            kwargs = {**kwargs, "timeout": aiohttp.ClientTimeout(
+            timeout = aiohttp.ClientTimeout(
                 total=timeout.total - waited, connect=timeout.connect,
                 sock_read=timeout.sock_read, sock_connect=timeout.sock_connect,
-                ceil_threshold=timeout.ceil_threshold)}
-        return await self.session.get(self.url, **kwargs)
+                ceil_threshold=timeout.ceil_threshold)
+        return await session.get(url, allow_redirects=False, headers=headers, timeout=timeout)
+
+    resp, _ = await patiently(send)
+    return resp
 
 
 def ssl_context(cfg: Config) -> ssl.SSLContext | bool:

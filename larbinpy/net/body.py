@@ -26,12 +26,15 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import brotli
 
 from larbinpy.net.docmemory import Reservation
 from larbinpy.stats import Outcome
+
+if TYPE_CHECKING:
+    from larbinpy.net.response import Response
 
 ACCEPT_ENCODING = "gzip, deflate, br"
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -125,7 +128,7 @@ class _BrotliInflater:
 
 
 async def read_body(
-    resp: Any,  # an aiohttp.ClientResponse or an http1.Response
+    resp: Response,
     limit: int,
     *,
     keep_raw: bool = False,

@@ -6,10 +6,11 @@ and that overhead is a sizeable share of a whole page's CPU (docs/benchmarks.md)
 needs one GET with fixed headers, llhttp (through httptools) to parse the answer, a keep-alive
 pool per site, and the body handed over in chunks so `body.py` keeps its limits. The
 `Response` below has the attribute names of the aiohttp response the stages already read
-(`status`, `headers`, `content.iter_any()`, ...), so the reader treats both alike.
+(`status`, `headers`, `content.iter_any()`, ...): both are a `response.Response`, which mypy
+checks.
 
-HTTPS and anything through a proxy stay on aiohttp (`client.py`); plain `http://` robots.txt
-fetches come here too, so their keep-alive connection serves the site's first pages.
+HTTPS and anything through a proxy stay on aiohttp (`fetcher.py` chooses); plain `http://`
+robots.txt fetches come here too, so their keep-alive connection serves the site's first pages.
 Every failure is a `FetchError` carrying the outcome kind the reader counts.
 
 Every byte read counts: a response's raw bytes (head, chunk framing, trailers, body) come out

@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from larbinpy.config import Config
 from larbinpy.frontier.durable import Store
@@ -42,6 +42,9 @@ from larbinpy.outputs.files import Unsynced, is_storage_error
 from larbinpy.outputs.hook import Hook, PageView, load_hook
 from larbinpy.records import Job, Page
 from larbinpy.stats import Stats
+
+if TYPE_CHECKING:
+    from larbinpy.net.response import Response
 
 __all__ = ["Archive", "Output", "Outputs", "PageView", "load_hook", "make_output",
            "page_from_response"]
@@ -101,7 +104,8 @@ def make_output(name: str, cfg: Config) -> Output:
     return output
 
 
-def page_from_response(job: Job, resp: Any, body: Body, started: float, ip: str = "") -> Page:
+def page_from_response(job: Job, resp: Response, body: Body, started: float,
+                       ip: str = "") -> Page:
     """One exchange (an aiohttp or `http1` response, its body read into `body`) as a Page.
 
     `started`: `time.monotonic()` when the request was sent; `ip`: the address to name when

@@ -1,7 +1,7 @@
 """Stage 6, larbin's checkAll: read a response, decide its outcome, pass the page on.
 
-The opener calls `fetch(site, job)` for one job. The reader sends the request (over
-`http1.py` for plain http:// without a proxy, else aiohttp), reads the body under
+The opener calls `fetch(site, job)` for one job. The reader sends the request through the
+`Fetcher` (`net/fetcher.py`: which client, what a failure counts as), reads the body under
 `maxPageSize` (after decompression) and the bandwidth limiter, counts exactly one outcome and
 routes the response (`_response`):
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import xxhash
 
@@ -34,10 +34,9 @@ from larbinpy.links.scope import url_extension
 from larbinpy.links.sitemaps import MAX_BYTES as SITEMAP_MAX_BYTES
 from larbinpy.links.urls import Normalizer
 from larbinpy.net.backoff import BACK_OFF_STATUSES, BackOff
-from larbinpy.net.body import BodyError, read_body
-from larbinpy.net.client import LazySession, failure_kind, failure_note
+from larbinpy.net.body import read_body
 from larbinpy.net.docmemory import DocumentMemory
-from larbinpy.net.http1 import FetchError, Http1Client, split_http_url
+from larbinpy.net.fetcher import Fetcher, Response
 from larbinpy.outputs import Outputs, page_from_response
 from larbinpy.records import Job, JobKind, Page, Site
 from larbinpy.stages.bandwidth import BandwidthLimiter
@@ -53,7 +52,6 @@ if TYPE_CHECKING:  # loaded when asked for: cookies with `cookies`, answers with
     from larbinpy.frontier.recrawl import Answer
     from larbinpy.net.cookies import CookieJar
 
-Response = Any  # an aiohttp.ClientResponse or an http1.Response: both read alike (http1.py)
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.\-]*):")
 
 
@@ -92,8 +90,7 @@ class Reader:
         endings: Endings,
         turn: TurnEnd,
         memory: DocumentMemory,
-        session: LazySession,
-        http1: Http1Client | None,
+        fetcher: Fetcher,
         recrawl: Recrawl,
     ) -> None:
         self.cfg, self.stats, self.normalizer = cfg, stats, normalizer
@@ -103,8 +100,7 @@ class Reader:
         self.limiter = limiter
         self.contents = contents  # noDup: digests of bodies already seen
         self.keep_raw = keep_raw  # an archival output wants the bytes as received
-        self.session = session
-        self.http1 = http1  # plain http:// without a proxy (http1.py)
+        self.fetcher = fetcher  # sends the request through the right client
         # a job a site asked us to retry (429/503) goes back to its site's queue
         self.sites = sites
         self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites)
@@ -172,35 +168,24 @@ class Reader:
                 headers = {**(headers or {}), "Cookie": cookie}
         headers = headers or None
         try:
-            plain = split_http_url(job.url) if self.http1 is not None else None
-            if plain is not None and self.http1 is not None:
-                resp = await self.http1.get(*plain, extra=headers)
-                try:  # (what `async with resp` does, without its two coroutines a page)
-                    self._keep_cookies(site, job, resp)
-                    return await self._response(site, job, resp, ex)
-                finally:
-                    resp.release()
-            from yarl import URL  # aiohttp's, loaded with it (https, proxies)
-
-            # our URLs are canonical and already percent-encoded: yarl need not re-encode them
-            url = URL(job.url, encoded=True)
-            async with self.session.get(url, allow_redirects=False, headers=headers) as resp:
-                self._keep_cookies(site, job, resp)
+            resp = await self.fetcher.get(job.url, headers)
+            try:  # (what `async with resp` does, without its two coroutines a page)
+                if self.cookies is not None:  # (most crawls keep none: no call a page then)
+                    self._keep_cookies(site, job, resp, self.cookies)
                 return await self._response(site, job, resp, ex)
+            finally:
+                resp.release()
         except Exception as exc:  # noqa: BLE001 - every failure becomes one counted outcome
-            kind = (exc.kind if isinstance(exc, BodyError | FetchError)
-                    else failure_kind(exc, self.session))
-            if kind is None:
+            failure = self.fetcher.failure(exc)
+            if failure is None:
                 raise
-            if kind is Outcome.timeout:  # which limit ran out, in words
-                ex.note = failure_note(exc, self.session)
-            return kind
+            ex.note = failure.note  # a timeout: which limit ran out, in words
+            return failure.kind
 
-    def _keep_cookies(self, site: Site, job: Job, resp: Response) -> None:
+    def _keep_cookies(self, site: Site, job: Job, resp: Response, jar: CookieJar) -> None:
         """With `cookies`: keep the site's cookies from the response's Set-Cookie headers."""
-        if self.cookies is not None and "Set-Cookie" in resp.headers:
-            cookies = resp.headers.getall("Set-Cookie")
-            self.cookies.store(site.key, _path(job.url, site.key), cookies)
+        if "Set-Cookie" in resp.headers:
+            jar.store(site.key, _path(job.url, site.key), resp.headers.getall("Set-Cookie"))
 
     async def _response(self, site: Site, job: Job, resp: Response, ex: Exchange) -> Outcome:
         """Route one response by status: the outcome kind."""

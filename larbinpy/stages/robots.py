@@ -44,10 +44,9 @@ from larbinpy.frontier.robotsdb import Verdict, VerdictStore
 from larbinpy.frontier.sites import Sites
 from larbinpy.links.sitemaps import MAX_NESTING
 from larbinpy.net.backoff import retry_after
-from larbinpy.net.body import BodyError, read_body
-from larbinpy.net.client import LazySession, failure_kind
+from larbinpy.net.body import read_body
 from larbinpy.net.docmemory import DocumentMemory, Reservation
-from larbinpy.net.http1 import FetchError, Http1Client, split_http_url
+from larbinpy.net.fetcher import Fetcher
 from larbinpy.net.policy import NetworkPolicy
 from larbinpy.outputs import page_from_response
 from larbinpy.records import Job, Page, Site
@@ -203,16 +202,15 @@ class Robots:
 
     def __init__(
         self, cfg: Config, stats: Stats, sites: Sites, policy: NetworkPolicy, *,
-        session: LazySession, http1: Http1Client | None, memory: DocumentMemory,
+        fetcher: Fetcher, memory: DocumentMemory,
         record: Callable[[Page], None] | None = None,
         on_sitemaps: Callable[[str, list[str], int], None] | None = None,
         store: VerdictStore | None = None,
     ) -> None:
         self.cfg, self.stats, self.sites = cfg, stats, sites
-        self.session = session
-        # plain http:// without a proxy (http1.py): its keep-alive connection then serves the
+        # the reader's: a plain http:// robots.txt's keep-alive connection then serves the
         # site's first pages too
-        self.http1 = http1
+        self.fetcher = fetcher
         self.agent = product_token(cfg.user_agent)
         self.shared = SharedRules()
         # host names are checked by the crawl's resolver; IP literals must be checked here
@@ -294,11 +292,11 @@ class Robots:
                     return status, data, wait
                 url = target
         except Exception as exc:  # noqa: BLE001 - a failure, unless it is a bug (re-raised)
-            kind = failure_kind(exc, self.session)
-            if kind is Outcome.tlsError:
-                return TLS_FAILED, b"", None
-            if kind is None and not isinstance(exc, BodyError | FetchError):
+            failure = self.fetcher.failure(exc)
+            if failure is None:
                 raise
+            if failure.kind is Outcome.tlsError:
+                return TLS_FAILED, b"", None
             return None, b"", None
         return 404, b"", None  # RFC 9309: too many redirects means "unavailable": allow all
 
@@ -312,10 +310,8 @@ class Robots:
         if literal is not None and not self.policy.allowed(literal):
             return None, b"", None, None  # the network policy refuses it: unreachable
         started = time.monotonic()
-        plain = split_http_url(url) if self.http1 is not None else None
-        request = (await self.http1.get(*plain) if plain is not None and self.http1 is not None
-                   else self.session.get(target, allow_redirects=False))
-        async with request as resp:
+        resp = await self.fetcher.get(url)
+        try:
             wait = retry_after(resp.headers.get("Retry-After"), self.cfg.max_retry_after)
             body = None
             if self.record is not None:  # archives want every exchange, whatever its status
@@ -333,6 +329,8 @@ class Robots:
             if body is None:  # RFC 9309: parse at least the first 500 KiB; ignore the rest
                 body = await read_body(resp, MAX_ROBOTS_BYTES, truncate=True, memory=held)
             return resp.status, body.data, None, None
+        finally:
+            resp.release()
 
     def _apply(self, site: Site, data: bytes | None, now: float) -> None:
         """Rules were fetched: remember them (None = allow all) and open the site."""
