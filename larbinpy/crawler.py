@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from larbinpy import __version__
+from larbinpy.clock import LoopClock
 from larbinpy.config import Config
 from larbinpy.daemon.progress import Progress
 from larbinpy.daemon.status import Figures, Gauges, RecentFailures
@@ -91,9 +92,11 @@ class Crawler:
         )
         # the seams, chosen once: the embedded defaults, or a cluster node's (node.py)
         self.node: Node = node_type(cfg, self.seen, self.frontier, self.stats)
+        # one clock for every part that decides when (politeness, back-off, DNS expiry)
+        self.clock = LoopClock()
         self.sites = Sites(self.stats, cfg.wait_duration, self.spill, self.node.forward,
                            crawl_log=self.crawl_log, records=SiteRecords(self.state.sites_path()),
-                           page_limit=cfg.max_pages_per_site)
+                           page_limit=cfg.max_pages_per_site, clock=self.clock)
         self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call,
                                    cfg.max_sites_in_memory)
         # recrawl on: the schedule and the stage that feeds due visits back to the sites
@@ -102,7 +105,7 @@ class Crawler:
                            self.node.admission, self.sequencer.notify,
                            make_due=self.revisits.force if self.revisits else None)
         policy = NetworkPolicy(cfg.allow_networks)  # one for DNS and robots.txt redirects
-        self.dns = Dns(cfg, self.stats, self.sites, policy, self._resolved)
+        self.dns = Dns(cfg, self.stats, self.sites, policy, self._resolved, self.clock)
         # both HTTP clients take addresses from the DNS stage; each is made at its first use
         self.session, self.http1 = LazySession(cfg, self.dns), make_http1(cfg, self.dns)
         self.outputs = Outputs(cfg, self.stats)
@@ -139,7 +142,8 @@ class Crawler:
             fetch_page = _observed(fetch_page, on_page_fetch)
         self.opener = Opener(cfg, self.sites, self.robots, self.reader, self.changed,
                              fetch_page=fetch_page,
-                             fetch_robots=self.node.robots_fetch(self.robots.fetch))
+                             fetch_robots=self.node.robots_fetch(self.robots.fetch),
+                             stats=self.stats, clock=self.clock)
         # the pipeline's arrows back into the site table (built first: both need it)
         self.sites.connect(on_new_site=self.dns.submit, on_job=self.opener.consider)
         self.progress = Progress(self, enabled=progress)
@@ -252,7 +256,7 @@ class Crawler:
             outputs=self.outputs.status(),
             cluster=self.node.status(),
             version=self.version, tls_verify=self.cfg.tls_verify, proxy=self.cfg.proxy,
-            waiting_for=census.waiting_for(asyncio.get_running_loop().time()),
+            waiting_for=census.waiting_for(),
             seen_set={
                 "kind": self.cfg.seen_set, "bitmap_fill": round(self.seen.fill(), 6),
                 "expected_loss": self.seen.expected_loss()} if self.node.local_state else None,
