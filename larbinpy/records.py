@@ -60,7 +60,8 @@ class IpSlot:
     addr: str
     in_flight: int = 0
     ready_at: float = 0.0
-    # the sites its fetches or its clock hold back, first come first served (the opener's)
+    # the sites its fetches or its clock hold back, first come first served
+    # (`frontier.politeness`)
     waiting: deque[Site] = field(default_factory=deque)
     in_ready: int = 0  # its sites on the opener's ready queue: each holds one of its places
     timer: Timer | None = None  # wakes `waiting` when `ready_at` passes

@@ -384,7 +384,8 @@ class Sites:
 
     def record_fetching(self, site: Site) -> None:
         """On disk, the clock of a site fetching as if the fetch ended now: a restart after a
-        kill waits for it, even if the kill took the fetch (and its end_fetch) with it."""
+        kill waits for it, even if the kill took the fetch (and its `Politeness.end_fetch`) with
+        it."""
         if self.records is not None and (site.delay > 0 or self.page_limit):
             self.records.put(site.key, self._row(site, max(site.ready_at,
                                                            self.clock.now() + site.delay)))

@@ -106,11 +106,11 @@ class Opener:
     def __init__(
         self, cfg: Config, sites: Sites, robots: Robots, reader: Reader,
         on_fetch_done: Callable[[], None], *, fetch_page: PageFetch, fetch_robots: RobotsFetch,
-        stats: Stats | None = None, clock: Clock | None = None,
+        stats: Stats, clock: Clock,
     ) -> None:
         self.cfg, self.sites, self.robots, self.reader = cfg, sites, robots, reader
-        self.stats = stats if stats is not None else reader.stats  # resource_waits
-        self.clock = clock or sites.clock
+        self.stats = stats  # the crawl's: resource_waits
+        self.clock = clock  # the crawl's one clock, the state machine's too
         self.on_fetch_done = on_fetch_done
         self.fetch_page, self.fetch_robots = fetch_page, fetch_robots
         # each entry holds one of its IP's places (`IpSlot.in_ready`) until a worker takes it
