@@ -102,7 +102,7 @@ class Crawler:
         records = self.stores.add("sites", SiteRecords(self.state.sites_path(), self.turn))
         self.sites = Sites(self.stats, cfg.wait_duration, self.spill, self.node.forward,
                            endings=self.endings, records=records,
-                           page_limit=cfg.max_pages_per_site)
+                           page_limit=cfg.max_pages_per_site, clock=self.clock)
         self.sequencer = Sequencer(self.frontier, self.sites, cfg.per_call,
                                    cfg.max_sites_in_memory)
         # recrawl on: the schedule and the stage that feeds due visits back to the sites
@@ -111,7 +111,7 @@ class Crawler:
                            self.node.admission, self.sequencer.notify,
                            make_due=self.recrawl.force, discovered=self.recrawl.discovered)
         policy = NetworkPolicy(cfg.allow_networks)  # one for DNS and robots.txt redirects
-        self.dns = Dns(cfg, self.stats, self.sites, policy, self._resolved)
+        self.dns = Dns(cfg, self.stats, self.sites, policy, self._resolved, self.clock)
         # the HTTP clients take addresses from the DNS stage; each is made at its first use
         self.fetcher = Fetcher(cfg, self.dns)
         # bodies being read or parsed share one budget: a document that does not fit waits
@@ -145,7 +145,8 @@ class Crawler:
             fetch_page = _observed(fetch_page, on_page_fetch)
         self.opener = Opener(cfg, self.sites, self.robots, self.reader, self.changed,
                              fetch_page=fetch_page,
-                             fetch_robots=self.node.robots_fetch(self.robots.fetch))
+                             fetch_robots=self.node.robots_fetch(self.robots.fetch),
+                             stats=self.stats, clock=self.clock)
         # the pipeline's arrows back into the site table (built first: both need it)
         self.sites.connect(on_new_site=self.dns.submit, on_job=self.opener.consider)
         self._subscribe()
@@ -272,7 +273,7 @@ class Crawler:
             outputs=self.outputs.status(),
             cluster=self.node.status(),
             version=self.version, tls_verify=self.cfg.tls_verify, proxy=self.cfg.proxy,
-            waiting_for=census.waiting_for(asyncio.get_running_loop().time()),
+            waiting_for=census.waiting_for(),
             seen_set={
                 "kind": self.cfg.seen_set, "bitmap_fill": round(self.seen.fill(), 6),
                 "expected_loss": self.seen.expected_loss()} if self.node.local_state else None,

@@ -8,13 +8,13 @@ A `Page` is what the reader hands to the outputs.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from larbinpy.clock import Timer
 from larbinpy.stats import Outcome
 
 
@@ -63,10 +63,11 @@ class IpSlot:
     addr: str
     in_flight: int = 0
     ready_at: float = 0.0
-    # the sites its fetches or its clock hold back, first come first served (the opener's)
+    # the sites its fetches or its clock hold back, first come first served
+    # (`frontier.politeness`)
     waiting: deque[Site] = field(default_factory=deque)
     in_ready: int = 0  # its sites on the opener's ready queue: each holds one of its places
-    timer: asyncio.TimerHandle | None = None  # wakes `waiting` when `ready_at` passes
+    timer: Timer | None = None  # wakes `waiting` when `ready_at` passes
     users: int = 0  # sites attached to it: a slot no site uses is forgotten with them
 
 
@@ -163,11 +164,11 @@ class Site:
     pages: int = 0
     in_ready: bool = False  # already on the opener's ready queue
     waiting_ip: bool = False  # already parked on its IP's waiting list
-    timer: asyncio.TimerHandle | None = None  # only for its own clock, never its IP's
+    timer: Timer | None = None  # only for its own clock, never its IP's
     # recrawl: before this loop time no revisit of it is fed (recrawlShare of its politeness
     # capacity), and the one timer that feeds it then
     revisit_at: float = 0.0
-    revisit_timer: asyncio.TimerHandle | None = None
+    revisit_timer: Timer | None = None
     # its DNS answer (expiry on the loop's clock, addresses): the DNS stage's cache entry, which
     # its row on disk keeps (frontier/sitedb.py) so a site brought back within the TTL asks
     # no DNS again

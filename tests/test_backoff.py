@@ -1,6 +1,10 @@
 """Back-off end to end: 429/503 pause the whole site (Retry-After in seconds or as a date,
 capped by maxRetryAfter; else exponential), other sites keep their speed, retries are bounded
-and counted; robots.txt Crawl-delay (capped by maxCrawlDelay) spaces a site's requests."""
+and counted; robots.txt Crawl-delay (capped by maxCrawlDelay) spaces a site's requests.
+
+These run on real time, with waits made short where the time is not the point: the timing
+logic itself (the doubling, the cap, a date on the wall clock, a site's delay) is unit-tested
+on a fake clock in tests/test_politeness.py."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from modernweb import start_scripted, stop_web
 from test_crawl import gaps
 
 from larbinpy.demo import Page, Site
+from larbinpy.net import backoff
 from larbinpy.net.backoff import retry_after
 from larbinpy.stages import robots as robots_stage
 
@@ -72,24 +77,26 @@ async def test_retry_after_date_is_honoured_and_capped(tmp_path: Path):
     date = email.utils.formatdate(time.time() + 3600, usegmt=True)
     scripts = {("slow.test", "/a"): [busy(429, date), html()]}
     sites = two_sites()[:1]
-    tw, crawler = await crawl_scripted(tmp_path, sites, scripts, "maxRetryAfter 0.6")
+    tw, crawler = await crawl_scripted(tmp_path, sites, scripts, "maxRetryAfter 0.2")
     slow = sorted(tw.web.hits, key=lambda h: h.start)
     refused = first(slow, "/a")
     wait = min(h.start for h in slow if h.start > refused.start) - refused.end
     # an hour asked, maxRetryAfter granted: waited that, and retried within the crawl
-    assert wait >= 0.6 - 0.02
+    assert wait >= 0.2 - 0.02
     assert [h.path for h in slow].count("/a") == 2
     assert crawler.stats.outcomes["backedOff"] == 1
 
 
-async def test_without_retry_after_back_off_is_exponential_and_retries_bounded(tmp_path):
+async def test_without_retry_after_back_off_is_exponential_and_retries_bounded(tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.setattr(backoff, "BACKOFF_MIN", 0.1)  # the first pause (waitDuration is 0)
     scripts = {("slow.test", "/a"): [busy(429)]}  # always too many requests
     sites = [Site("slow.test", "127.0.0.2", {"/": html("/a"), "/a": html()})]
     tw, crawler = await crawl_scripted(tmp_path, sites, scripts, "maxRetries 2")
     tries = sorted((h for h in tw.web.hits if h.path == "/a"), key=lambda h: h.start)
     assert len(tries) == 3  # one fetch, two retries, then given up
     waits = [b.start - a.end for a, b in zip(tries, tries[1:], strict=False)]
-    assert waits[0] >= 0.5 - 0.02 and waits[1] >= 1.0 - 0.02, waits  # 0.5 s, then twice that
+    assert waits[0] >= 0.1 - 0.02 and waits[1] >= 0.2 - 0.02, waits  # 0.1 s, then twice that
     out = crawler.stats.outcomes
     assert out["backedOff"] == 2 and out["err40X"] == 1 and out["success"] == 1
 
@@ -107,8 +114,8 @@ async def test_robots_txt_503_retry_after_is_honoured(tmp_path: Path, monkeypatc
 
 
 @pytest.mark.parametrize(("delay", "cap", "spacing"), [
-    ("0.3", "60", 0.3),  # Crawl-delay larger than waitDuration wins
-    ("30", "0.25", 0.25),  # ... within maxCrawlDelay
+    ("0.1", "60", 0.1),  # Crawl-delay larger than waitDuration wins
+    ("30", "0.1", 0.1),  # ... within maxCrawlDelay
 ])
 async def test_crawl_delay_spaces_requests_within_max_crawl_delay(
     make_web, delay: str, cap: str, spacing: float

@@ -17,11 +17,13 @@ import pytest
 from conftest import html, until
 
 from larbinpy.bench import measure
+from larbinpy.clock import FakeClock
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
 from larbinpy.demo import DnsServer, Page, Site
 from larbinpy.frontier import sites as sites_module
 from larbinpy.frontier.diskqueue import SiteSpill
+from larbinpy.frontier.politeness import Politeness
 from larbinpy.frontier.sitedb import SiteRecord, SiteRecords
 from larbinpy.frontier.sites import Sites
 from larbinpy.net.cares import LoopResolver
@@ -198,16 +200,18 @@ def test_a_forgotten_site_comes_back_with_its_clock_back_off_and_pages_from_disk
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sites_module, "MAX_IDLE_SITES", 0)
     records = SiteRecords(tmp_path / "sites.sqlite")
-    sites = Sites(Stats(), 5.0, SiteSpill(tmp_path / "spill"), records=records)
-    now = time.monotonic()
+    clock = FakeClock(time.monotonic(), time.time() - time.monotonic())
+    sites = Sites(Stats(), 5.0, SiteSpill(tmp_path / "spill"), records=records, clock=clock)
+    politeness = Politeness(sites, clock, 1, lambda site, now: False, lambda entry: None)
+    now = clock.now()
     sites.enqueue(Job("http://a.test/", 1), now)
     site = sites.by_key["http://a.test"]
     sites.resolved(site, "10.0.0.1", robots_first=False, answer=(now + 300, ["10.0.0.1"]))
     sites.take(site)
-    sites.start_fetch(site)
+    politeness.start_fetch(site)
     sites.count_page(site)
     sites.back_off(site, now + 60)  # a 429: nothing before a minute has passed
-    sites.end_fetch(site, now)
+    politeness.end_fetch(site)
     sites.rest(site)
     assert sites.evict(now) == 1 and not sites.by_key  # forgotten, clock pending or not
     assert sites.ips["10.0.0.1"].ready_at == now + 5.0  # its IP's clock stays until it passes
@@ -224,13 +228,16 @@ def test_a_page_in_flight_is_counted_on_disk_before_its_fetch_ends(tmp_path: Pat
     """A kill during a fetch leaves the site's row with that page counted: the restart may
     fetch it again (it was in flight) but never one page more than `maxPagesPerSite`."""
     records = SiteRecords(tmp_path / "sites.sqlite")
-    sites = Sites(Stats(), 0.0, SiteSpill(tmp_path / "spill"), records=records, page_limit=2)
-    now = time.monotonic()
+    clock = FakeClock(time.monotonic(), time.time() - time.monotonic())
+    sites = Sites(Stats(), 0.0, SiteSpill(tmp_path / "spill"), records=records, page_limit=2,
+                  clock=clock)
+    politeness = Politeness(sites, clock, 1, lambda site, now: False, lambda entry: None)
+    now = clock.now()
     sites.enqueue(Job("http://a.test/", 1), now)
     site = sites.by_key["http://a.test"]
     sites.resolved(site, "10.0.0.1", robots_first=False)
     sites.take(site)
-    sites.start_fetch(site)  # the order the pipeline has: the fetch starts, then is counted
+    politeness.start_fetch(site)  # the order the pipeline has: the fetch starts, then is counted
     sites.count_page(site)
     records.close()  # what a kill leaves: no end_fetch
     after = SiteRecords(tmp_path / "sites.sqlite")

@@ -285,7 +285,7 @@ async def test_urls_refused_by_robots_cost_no_politeness_wait(make_web):
     tw = await make_web([Site("polite.test", "127.0.0.2", pages),
                          Site("clock.test", "127.0.0.3", clock)])
     crawler = await tw.crawl(f"startUrl {tw.url('polite.test')}\nstartUrl {tw.url('clock.test')}\n"
-                             "waitDuration 0.2\n")
+                             "waitDuration 0.1\n")
     assert crawler.stats.outcomes["forbiddenRobots"] == 20
     polite = sorted(tw.web.hits_for("polite.test"), key=lambda h: h.start)
     assert [h.path for h in polite] == ["/robots.txt", "/", "/yes.html"]
@@ -295,4 +295,4 @@ async def test_urls_refused_by_robots_cost_no_politeness_wait(make_web):
              if polite[1].start < h.start < polite[2].start]
     assert len(ticks) <= 3, len(ticks)
     assert len(tw.web.hits_for("clock.test")) == 12  # robots.txt, / and ten pages
-    assert min(gaps(polite)) >= 0.2 - 0.02
+    assert min(gaps(polite)) >= 0.1 - 0.02

@@ -18,8 +18,8 @@ from conftest import bench_json, html, until
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
 from larbinpy.demo import Site
+from larbinpy.frontier.politeness import Politeness
 from larbinpy.records import SiteState
-from larbinpy.stages.opener import Opener
 
 SHARED_IP = "127.0.0.9"
 # `consider` calls per fetch: a site's fetch is considered a few times (its turn, its start, its
@@ -29,15 +29,15 @@ CONSIDER_PER_FETCH = 8
 
 @pytest.fixture
 def considered(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """A count of `Opener.consider` calls, the opener's unit of work per site."""
+    """A count of `Politeness.consider` calls, the opener's unit of work per site."""
     count = [0]
-    original = Opener.consider
+    original = Politeness.consider
 
-    def counted(self: Opener, site: object, **kwargs: object) -> None:
+    def counted(self: Politeness, site: object, **kwargs: object) -> None:
         count[0] += 1
         original(self, site, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Opener, "consider", counted)
+    monkeypatch.setattr(Politeness, "consider", counted)
     yield count
 
 

@@ -19,8 +19,6 @@ FIFOs, `diskqueue.SiteSpill`); a dead site's negative cache (minutes) is not kep
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,19 +44,6 @@ class SiteRecord:
     pages: int
     addrs: tuple[str, ...] = ()
     dns_expires: float = 0.0
-
-
-def loop_now() -> float:
-    """The loop's clock (without a running loop, a tool's or a test's: the monotonic one)."""
-    try:
-        return asyncio.get_running_loop().time()
-    except RuntimeError:
-        return time.monotonic()
-
-
-def loop_to_wall() -> float:
-    """What to add to the loop's clock to get the wall clock's."""
-    return time.time() - loop_now()
 
 
 class SiteRecords(TurnTable[SiteRecord]):

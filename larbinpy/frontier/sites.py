@@ -1,11 +1,14 @@
 """The table of sites and IP slots that the sequencer, DNS and opener stages share.
 
 It holds the records, each site's queue and the counters that "is the crawl done?" reads;
-each stage decides what happens to a site, and asks the table to do it: the table is the only
-writer of a `Site` or `IpSlot` (tests/test_layout.py checks it), each change one method that
-keeps its invariant (politeness clocks only move later, a site is once on the ready queue and
-once in its IP's FIFO with at most one timer, a dead site's queue is dropped...). Jobs enter a
-site's queue here (`enqueue`) and leave it here (`take`, `drop`), so `queued` is always exact.
+each stage decides what happens to a site, and asks the table to do it: with the politeness
+state machine (`politeness.py`: the ready queue, the IP FIFOs, the timers, the fetch counts
+and the clocks a fetch restarts) the table is the only writer of a `Site` or `IpSlot`
+(tests/test_layout.py checks it), each change one method that keeps its invariant (a clock
+pushed here only moves later, a dead site's queue is dropped...). Jobs enter a site's queue
+here (`enqueue`) and leave it here (`take`, `drop`), so `queued` is always exact. Time is the
+`Clock`'s it is given (the crawl's one `LoopClock`): the loop's for clocks in memory, the
+wall's for rows on disk.
 
 Memory is bounded whatever the crawl's size: the sites with work share `MEMORY_JOBS` jobs
 in memory, each a window of at most `SITE_WINDOW` and at least `MIN_WINDOW` (`window`); the
@@ -30,16 +33,16 @@ it was given first (the embedded crawl's `never_forward`, or `cluster.Cluster.fo
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from larbinpy.clock import Clock, LoopClock
 from larbinpy.frontier.diskqueue import SiteSpill
 from larbinpy.frontier.endings import Endings
-from larbinpy.frontier.sitedb import SiteRecord, SiteRecords, loop_now, loop_to_wall
+from larbinpy.frontier.sitedb import SiteRecord, SiteRecords
 from larbinpy.links.urls import host_of, site_key
 from larbinpy.records import IpSlot, Job, Site, SiteState
 from larbinpy.stats import Outcome, Stats, counted
@@ -78,8 +81,10 @@ class Sites:
 
     def __init__(self, stats: Stats, default_delay: float, spill: SiteSpill,
                  forward: Forward = never_forward, endings: Endings | None = None,
-                 records: SiteRecords | None = None, page_limit: int = 0) -> None:
+                 records: SiteRecords | None = None, page_limit: int = 0,
+                 clock: Clock | None = None) -> None:
         self.stats = stats
+        self.clock = clock or LoopClock()  # the loop's clock: politeness clocks, DNS expiry
         self.records = records  # what a forgotten site must not lose, on disk (None: nowhere)
         self.page_limit = page_limit  # maxPagesPerSite: a site's page count matters when > 0
         self.endings = endings  # told the final outcome of each job dropped here
@@ -145,14 +150,15 @@ class Sites:
         site = self.by_key[key] = Site(key, host_of(key + "/"), delay=self.default_delay)
         saved = self.records.get(key) if self.records is not None else None
         if saved is not None:
-            to_loop = loop_to_wall()
+            wall = self.clock.wall()
+            to_loop = wall - self.clock.now()
             site.ready_at = max(0.0, saved.ready_at - to_loop)
             site.backoffs, site.pages = saved.backoffs, saved.pages
-            if saved.addrs and saved.dns_expires > time.time():  # its TTL has not passed
+            if saved.addrs and saved.dns_expires > wall:  # its TTL has not passed
                 site.dns = (saved.dns_expires - to_loop, list(saved.addrs))
         return site
 
-    def _record(self, site: Site, now: float, changed: bool = False) -> None:
+    def record(self, site: Site, now: float, changed: bool = False) -> None:
         """The site's clock, back-off or page count changed: its row on disk follows, when it
         says more than a new site's (a clock still to pass, a back-off, a counted page) or
         `changed` from a row that did (a back-off over)."""
@@ -163,7 +169,7 @@ class Sites:
     def _row(self, site: Site, ready_at: float) -> SiteRecord:
         """The site's row on disk, its clock at `ready_at` (the loop's clock), with its DNS
         answer while that holds."""
-        to_wall = loop_to_wall()
+        to_wall = self.clock.wall() - self.clock.now()
         dns = site.dns
         if dns is None:
             return SiteRecord(ready_at + to_wall, site.backoffs, site.pages)
@@ -218,7 +224,7 @@ class Sites:
     def arm_revisit(self, site: Site, at: float, due: Callable[[Site], object]) -> None:
         """The site's one revisit timer, for `at` (one a site: an armed one is kept)."""
         if site.revisit_timer is None:
-            site.revisit_timer = asyncio.get_running_loop().call_at(at, due, site)
+            site.revisit_timer = self.clock.call_at(at, due, site)
 
     def revisit_timer_fired(self, site: Site) -> None:
         """The site's revisit timer fired: it has none armed."""
@@ -395,102 +401,22 @@ class Sites:
         """Any other answer: the site answers normally again, the next back-off starts over."""
         if site.backoffs:
             site.backoffs = 0
-            self._record(site, 0.0, changed=True)  # its row said otherwise
+            self.record(site, 0.0, changed=True)  # its row said otherwise
 
     def count_page(self, site: Site) -> None:
         """A page fetch of the site starts (what `maxPagesPerSite` counts): on disk at once,
         so a kill during the fetch cannot give the site a page more after the restart."""
         site.pages += 1
         if site.in_flight:
-            self._record_fetching(site)
+            self.record_fetching(site)
 
-    def enter_ready(self, site: Site) -> IpSlot:
-        """The site goes on the opener's ready queue: once (`in_ready`), holding one of its
-        IP's places until `leave_ready`; returns that IP."""
-        ip = site.ip
-        assert ip is not None
-        site.in_ready = True
-        ip.in_ready += 1
-        return ip
-
-    def leave_ready(self, site: Site, ip: IpSlot) -> None:
-        """A worker took the site off the ready queue: the place it held on `ip` is free."""
-        site.in_ready = False
-        ip.in_ready -= 1
-
-    def wait_for_ip(self, site: Site, front: bool) -> IpSlot:
-        """The site waits in its IP's FIFO (once: `waiting_ip`), at its head with `front`, and
-        without a timer of its own; returns that IP."""
-        ip = site.ip
-        assert ip is not None
-        if site.timer is not None:
-            site.timer.cancel()
-            site.timer = None
-        site.waiting_ip = True
-        if front:
-            ip.waiting.appendleft(site)
-        else:
-            ip.waiting.append(site)
-        return ip
-
-    def next_waiting(self, ip: IpSlot) -> Site:
-        """The site that waited longest in the IP's FIFO leaves it."""
-        site = ip.waiting.popleft()
-        site.waiting_ip = False
-        return site
-
-    def arm_ip(self, ip: IpSlot, loop: asyncio.AbstractEventLoop,
-               due: Callable[[IpSlot], object]) -> None:
-        """The IP's one timer, for when its clock is due (`ready_at` only grows: an armed timer
-        fires at or before it, and `due` re-arms)."""
-        if ip.timer is None:
-            ip.timer = loop.call_at(ip.ready_at, due, ip)
-
-    def ip_timer_fired(self, ip: IpSlot) -> None:
-        """The IP's timer fired: it has none armed."""
-        ip.timer = None
-
-    def park(self, site: Site, at: float, loop: asyncio.AbstractEventLoop,
-             wake: Callable[[Site], object]) -> None:
-        """Wake the site at `at` on its own clock: one timer per site, the earlier one kept."""
-        if site.timer is not None:
-            if site.timer.when() <= at:
-                return
-            site.timer.cancel()
-        site.timer = loop.call_at(at, wake, site)
-
-    def timer_fired(self, site: Site) -> None:
-        """The site's timer fired: it has none armed."""
-        site.timer = None
-
-    def start_fetch(self, site: Site) -> IpSlot:
-        """A fetch of the site starts: counted on it and its IP until `end_fetch`; returns
-        that IP."""
-        ip = site.ip
-        assert ip is not None
-        site.in_flight += 1
-        ip.in_flight += 1
-        self._record_fetching(site)
-        return ip
-
-    def _record_fetching(self, site: Site) -> None:
+    def record_fetching(self, site: Site) -> None:
         """On disk, the clock of a site fetching as if the fetch ended now: a restart after a
-        kill waits for it, even if the kill took the fetch (and its end_fetch) with it."""
+        kill waits for it, even if the kill took the fetch (and its `Politeness.end_fetch`) with
+        it."""
         if self.records is not None and (site.delay > 0 or self.page_limit):
             self.records.put(site.key, self._row(site, max(site.ready_at,
-                                                           loop_now() + site.delay)))
-
-    def end_fetch(self, site: Site, now: float) -> IpSlot:
-        """A fetch ended: uncounted, and both clocks restart from `now` (the site's by its
-        delay, the IP's by `waitDuration`; neither moves back); returns the IP."""
-        ip = site.ip
-        assert ip is not None
-        site.in_flight -= 1
-        ip.in_flight -= 1
-        site.ready_at = max(site.ready_at, now + site.delay)
-        ip.ready_at = max(ip.ready_at, now + self.default_delay)
-        self._record(site, now)
-        return ip
+                                                           self.clock.now() + site.delay)))
 
     def jobs(self) -> list[Job]:
         """The jobs in the in-memory windows, for a checkpoint (spill files have cursors):
@@ -517,7 +443,12 @@ class Sites:
             if state is SiteState.ROBOTS and site.robots_failures and self.has_work(site):
                 retries.append((site.ready_at, site.key))
         retries.sort()
-        return Census(states, parked, retries)
+        return Census(states, parked, retries, self.clock.wall() - self.clock.now())
+
+    def busy(self) -> int:
+        """Sites with work (or a fetch running): the records less the idle ones (what the
+        sequencer bounds by `maxSitesInMemory`)."""
+        return len(self.by_key) - len(self.idle)
 
     def parked(self) -> int:
         """Ready sites waiting on a politeness timer or on their IP's turn."""
@@ -533,12 +464,12 @@ class Census:
     states: dict[str, int]
     parked: int
     retries: list[tuple[float, str]]  # robots.txt retries: (loop time, site), soonest first
+    to_wall: float = 0.0  # what turns the loop's clock into the wall clock, when taken
 
-    def waiting_for(self, now: float) -> tuple[str, ...]:
+    def waiting_for(self) -> tuple[str, ...]:
         """What the crawl waits for, in words (status page, when not idle): the robots.txt
-        retries, the soonest first and at most WAITING_SHOWN, then how many sites are parked.
-        `now` is the loop's clock, the retries' times'."""
-        wall = time.time() - now
+        retries, the soonest first and at most WAITING_SHOWN, then how many sites are parked."""
+        wall = self.to_wall
         shown = [f"robots.txt retry of {key} at "
                  f"{time.strftime('%H:%M:%S', time.gmtime(wall + at))} UTC"
                  for at, key in self.retries[:WAITING_SHOWN]]

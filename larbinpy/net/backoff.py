@@ -12,17 +12,19 @@ For a page (`BackOff`, the reader's), the job goes back to its site's queue, at 
 
 from __future__ import annotations
 
-import time
 from typing import Protocol
 
+from larbinpy.clock import Clock, LoopClock
 from larbinpy.records import Job, Site
 
 BACKOFF_MIN = 0.5  # seconds: the first back-off of a site crawled with waitDuration 0
 BACK_OFF_STATUSES = frozenset({429, 503})
+WALL = LoopClock()  # a date's clock for callers that give none (the robots stage)
 
 
-def retry_after(value: str | None, cap: float) -> float | None:
-    """Seconds a `Retry-After` header asks for, within [0, cap]; None if absent or unparsable."""
+def retry_after(value: str | None, cap: float, clock: Clock = WALL) -> float | None:
+    """Seconds a `Retry-After` header asks for, within [0, cap] (a date: from `clock.wall()`);
+    None if absent or unparsable."""
     if not value:
         return None
     value = value.strip()
@@ -37,13 +39,13 @@ def retry_after(value: str | None, cap: float) -> float | None:
             return None
         if when.tzinfo is None:  # HTTP dates are GMT
             return None
-        seconds = when.timestamp() - time.time()
+        seconds = when.timestamp() - clock.wall()
     return min(max(seconds, 0.0), cap)
 
 
-def pause_for(site: Site, header: str | None, cap: float) -> float:
+def pause_for(site: Site, header: str | None, cap: float, clock: Clock = WALL) -> float:
     """Seconds the site pauses for its next 429/503 answer in a row."""
-    pause = retry_after(header, cap)
+    pause = retry_after(header, cap, clock)
     if pause is None:
         # the exponent is bounded: a server answering 429 a thousand times must not overflow it
         pause = min(max(site.delay, BACKOFF_MIN) * 2 ** min(site.backoffs, 30), cap)
@@ -61,14 +63,17 @@ class SiteTable(Protocol):
 class BackOff:
     """The reader's answer to a 429/503: the site pauses, the job goes back to its queue."""
 
-    def __init__(self, max_retries: int, max_retry_after: float, sites: SiteTable) -> None:
+    def __init__(self, max_retries: int, max_retry_after: float, sites: SiteTable,
+                 clock: Clock | None = None) -> None:
         self.max_retries, self.cap = max_retries, max_retry_after
         self.sites = sites  # the job waits on its site's queue again (`enqueue`)
+        self.clock = clock or LoopClock()  # when the pause ends (loop), a Retry-After date (wall)
 
-    def retry(self, site: Site, job: Job, header: str | None, now: float) -> bool:
-        """After a 429/503 (`header`: its Retry-After): pause the site; True when the job went
-        back to its site's queue, False when its retries are spent."""
-        self.sites.back_off(site, now + pause_for(site, header, self.cap))
+    def retry(self, site: Site, job: Job, header: str | None) -> bool:
+        """After a 429/503 (`header`: its Retry-After): pause the site from now; True when the
+        job went back to its site's queue, False when its retries are spent."""
+        now = self.clock.now()
+        self.sites.back_off(site, now + pause_for(site, header, self.cap, self.clock))
         if job.retries >= self.max_retries:
             return False
         job.retries += 1

@@ -35,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
+from larbinpy.clock import Clock
 from larbinpy.config import Config
 from larbinpy.frontier.sites import Sites
 from larbinpy.net.policy import NetworkPolicy
@@ -78,8 +79,10 @@ class Dns:
         sites: Sites,
         policy: NetworkPolicy,
         on_resolved: Callable[[Site], None],
+        clock: Clock | None = None,
     ) -> None:
         self.cfg, self.stats, self.sites, self.policy = cfg, stats, sites, policy
+        self.clock = clock or sites.clock  # answers' expiry, the pauses before asking again
         self.on_resolved = on_resolved
         # host -> (expires, ips; [] = failed), in the order the answers came (`purge`); an
         # OrderedDict because a dict emptied from its front finds its first entry by walking
@@ -129,7 +132,7 @@ class Dns:
         """An answer a site's row kept: into the cache, if the cache has none and its TTL has
         not passed (it is what the cache held for the host when the site was written)."""
         if host not in self.cache and host not in self.inflight and (
-                answer[0] > asyncio.get_running_loop().time()):
+                answer[0] > self.clock.now()):
             self.cache[host] = answer
 
     def _via_proxy(self, site: Site) -> None:
@@ -149,19 +152,18 @@ class Dns:
     def _shared(self, host: str) -> list[str] | asyncio.Future[list[str]]:
         """A host's addresses when known now (a literal, the cache), else the query in
         flight for it (queued when there was none)."""
-        loop = asyncio.get_running_loop()
         literal = ip_literal(host)
         if literal and not self._family_ok(literal):
             literal = None  # an address of the family ipVersion excludes: no usable address
             hit: tuple[list[str], None] | None = ([], None)
         else:
-            hit = ([literal], None) if literal else self._cached(host, loop.time())
+            hit = ([literal], None) if literal else self._cached(host, self.clock.now())
         if hit is not None:
             return hit[0]
         shared = self.inflight.get(host)
         if shared is None:
             # registered before any await: every later caller shares this one query
-            shared = self.inflight[host] = loop.create_future()
+            shared = self.inflight[host] = asyncio.get_running_loop().create_future()
             self.queue.put_nowait(host)
         return shared
 
@@ -194,7 +196,7 @@ class Dns:
     def _resolved(self, site: Site, ips: list[str]) -> None:
         """Hand a site on once its host is known (`ips`), or drop its jobs if it is not."""
         self.waiting_sites -= 1
-        now = asyncio.get_running_loop().time()
+        now = self.clock.now()
         allowed = [ip for ip in ips if self.policy.allowed(ip)]
         if not allowed:
             self.sites.kill(site, Outcome.deniedNetwork if ips else Outcome.noDNS,
@@ -221,8 +223,7 @@ class Dns:
                 log.exception("DNS lookup of %s failed unexpectedly", host)
             if not answered and self._ask_again(host):
                 continue  # its waiters go on waiting
-            now = asyncio.get_running_loop().time()
-            self.cache[host] = (now + ttl, ips)
+            self.cache[host] = (self.clock.now() + ttl, ips)
             self.cache.move_to_end(host)  # the cache is in the order answers came (`purge`)
             shared = self.inflight.pop(host)
             if not shared.done():  # only the worker settles it; a guard all the same
@@ -236,7 +237,7 @@ class Dns:
             return False
         self.unanswered[host] = rounds + 1
         log.debug("DNS: no answer for %s; asking again in %g s", host, RETRY_AFTER[rounds])
-        asyncio.get_running_loop().call_later(RETRY_AFTER[rounds], self.queue.put_nowait, host)
+        self.clock.call_at(self.clock.now() + RETRY_AFTER[rounds], self.queue.put_nowait, host)
         return True
 
     async def _query(self, host: str) -> tuple[list[str], float, bool]:

@@ -19,7 +19,6 @@ With `cookies`, the site's cookies go with each request and its `Set-Cookie` ans
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from typing import TYPE_CHECKING
@@ -103,7 +102,7 @@ class Reader:
         self.fetcher = fetcher  # sends the request through the right client
         # a job a site asked us to retry (429/503) goes back to its site's queue
         self.sites = sites
-        self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites)
+        self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites, sites.clock)
         self.cookies = _cookie_jar() if cfg.cookies else None
         self.parser = parser  # 2xx pages go on to it (links, outputs)
         self.endings = endings  # each job's final outcome, told once
@@ -201,8 +200,7 @@ class Reader:
                 return await self._revisited(site, job, resp, ex, Outcome.notModified)
         if status not in BACK_OFF_STATUSES:
             self.backoff.answered(site)
-        elif self.backoff.retry(site, job, resp.headers.get("Retry-After"),
-                                asyncio.get_running_loop().time()):
+        elif self.backoff.retry(site, job, resp.headers.get("Retry-After")):
             return await self._archived(site, job, resp, ex, Outcome.backedOff)
         # (a 429/503 whose retries are spent is counted by its status)
         if 200 <= status < 300:

@@ -46,12 +46,8 @@ class Sequencer:
     def room(self) -> None:
         """Something finished (the crawler's `changed`): wake a full sequencer once `slack`
         sites have room."""
-        if self.full and self._busy() + self.slack <= (self.max_sites or 0):
+        if self.full and self.sites.busy() + self.slack <= (self.max_sites or 0):
             self.wake.set()
-
-    def _busy(self) -> int:
-        """Sites with work: the table's records less its idle ones."""
-        return len(self.sites.by_key) - len(self.sites.idle)
 
     async def run(self) -> None:
         """Forever: wait for jobs (and room for their sites), move a batch, yield."""
@@ -70,7 +66,7 @@ class Sequencer:
 
     def _no_room(self) -> bool:
         """Do max_sites sites have work (so no job may make another one busy)?"""
-        self.full = self.max_sites is not None and self._busy() >= self.max_sites
+        self.full = self.max_sites is not None and self.sites.busy() >= self.max_sites
         return self.full
 
     def turn(self, now: float) -> int:
