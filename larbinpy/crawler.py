@@ -54,7 +54,7 @@ from larbinpy.stages.dns import Dns
 from larbinpy.stages.input import Input
 from larbinpy.stages.opener import Opener, PageFetch
 from larbinpy.stages.parser import Parser
-from larbinpy.stages.reader import Reader
+from larbinpy.stages.reader import Reader, Routes
 from larbinpy.stages.recrawl import NoRecrawl, Recrawl
 from larbinpy.stages.robots import Robots
 from larbinpy.stages.sequencer import Sequencer
@@ -112,10 +112,11 @@ class Crawler:
                            make_due=self.recrawl.force, discovered=self.recrawl.discovered)
         policy = NetworkPolicy(cfg.allow_networks)  # one for DNS and robots.txt redirects
         self.dns = Dns(cfg, self.stats, self.sites, policy, self._resolved, self.clock)
-        # the HTTP clients take addresses from the DNS stage; each is made at its first use
-        self.fetcher = Fetcher(cfg, self.dns)
         # bodies being read or parsed share one budget: a document that does not fit waits
         self.memory = DocumentMemory(cfg.document_memory, self.stats)
+        # the HTTP clients take addresses from the DNS stage; each is made at its first use
+        self.fetcher = Fetcher(cfg, self.dns, BandwidthLimiter(cfg.max_bandwidth)
+                               if cfg.max_bandwidth else None, self.memory)
         # robots.txt verdicts outlive the process: stateDir's file, behind Redis in a cluster
         self.verdicts = self.stores.add("robots", self.node.verdicts(
             FileVerdicts(self.state.robots_path(), self.turn)))
@@ -128,12 +129,9 @@ class Crawler:
         self.parser = Parser(cfg, self.stats, self.normalizer, self.input, self.outputs,
                              self.turn, self.changed)
         self.reader = Reader(
-            cfg, self.stats, self.normalizer, self.robots, self.input, self.outputs,
-            BandwidthLimiter(cfg.max_bandwidth) if cfg.max_bandwidth else None, self.contents,
-            parser=self.parser, keep_raw=self.outputs.keep_raw, sites=self.sites,
-            endings=self.endings, turn=self.turn, memory=self.memory, fetcher=self.fetcher,
-            recrawl=self.recrawl,
-        )
+            cfg, self.stats, self.fetcher, self.robots, self.sites,
+            Routes(self.parser, self.input, self.outputs, self.normalizer, self.contents),
+            self.endings, self.recrawl)
         # the node calls back into the stages built on its seams
         self.node.bind(CrawlHooks(sites=self.sites, queued=self.sequencer.notify,
                                   changed=self.changed, idle=self.idle,
@@ -223,7 +221,7 @@ class Crawler:
         self.crawl_log = CrawlLog(log_path, self.turn) if log_path is not None else None
         self.done = DoneRecord(self.state.done_path(), local and not scratch, self.turn)
         # every job's final outcome, to its subscribers (`_subscribe`)
-        self.endings = Endings(self.done.take_skip)
+        self.endings = Endings(self.done.take_skip, self.turn)
 
     # --- "is the crawl done?" ---
 

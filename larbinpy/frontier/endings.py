@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from larbinpy.records import Job
 from larbinpy.stats import Outcome
+from larbinpy.turn import TurnEnd
 
 if TYPE_CHECKING:  # loaded with `recrawl on` only
     from larbinpy.frontier.recrawl import Answer
@@ -55,11 +56,24 @@ class Subscriber(Protocol):
 class Endings:
     """The one place a job's final outcome is told (see the module docstring)."""
 
-    def __init__(self, replayed: Callable[[str], bool] | None = None) -> None:
+    def __init__(self, replayed: Callable[[str], bool] | None = None,
+                 turn: TurnEnd | None = None) -> None:
         """`replayed(url)`: True (once) for a URL that finished before a crash
-        (`DoneRecord.take_skip`; None: nothing finished before)."""
+        (`DoneRecord.take_skip`; None: nothing finished before). `turn`: the end of the loop
+        turn, where the subscribers write what they were told."""
         self.replayed = replayed or no_replay
         self.subscribers: tuple[Subscriber, ...] = ()
+        self.turn = turn or TurnEnd()
+
+    @property
+    def pending(self) -> bool:
+        """Are outcomes told this turn still to be written (at the turn's end)?"""
+        return self.turn.pending
+
+    async def recorded(self) -> None:
+        """Wait until the outcomes told so far are written: the reader's wait before a
+        request, so that a `kill -9` re-fetches at most the requests on the wire."""
+        await self.turn.passed()
 
     def subscribe(self, subscriber: Subscriber) -> None:
         """Tell `subscriber` every outcome from now on, after those subscribed before it (the

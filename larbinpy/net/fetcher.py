@@ -22,7 +22,8 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, NamedTuple
 
 from larbinpy.config import Config
-from larbinpy.net.body import ACCEPT_ENCODING, BodyError
+from larbinpy.net.body import ACCEPT_ENCODING, Body, BodyError, Throttle, read_body
+from larbinpy.net.docmemory import DocumentMemory, Reservation
 from larbinpy.net.http1 import FetchError, Http1Client, split_http_url
 from larbinpy.net.policy import DeniedNetworkError
 from larbinpy.net.resolver import CrawlerResolver, HostLookup
@@ -87,8 +88,13 @@ def make_http1(cfg: Config, dns: HostLookup) -> Http1Client | None:
 class Fetcher:
     """Sends the crawl's GETs through the right client and says what a failure counts as."""
 
-    def __init__(self, cfg: Config, dns: HostLookup) -> None:
+    def __init__(self, cfg: Config, dns: HostLookup, limiter: Throttle | None = None,
+                 memory: DocumentMemory | None = None) -> None:
+        """`limiter`: the bandwidth limiter page bodies spend (`maxBandwidth`); `memory`: the
+        documents' memory pool they take their bytes from (`documentMemory`)."""
         self.cfg, self.dns = cfg, dns
+        self.limiter = limiter
+        self.memory = memory or DocumentMemory(cfg.document_memory)
         self.http1 = make_http1(cfg, dns)  # plain http:// without a proxy
         self._session: aiohttp.ClientSession | None = None  # made at its first request
         self._aio: ModuleType | None = None  # the aio module, once imported
@@ -117,6 +123,19 @@ class Fetcher:
                                              keepalive_seconds(self.cfg))
         # our URLs are canonical and already percent-encoded: yarl need not re-encode them
         return await aio.patient_get(self._session, URL(url, encoded=True), headers)
+
+    async def read(self, resp: Response, started: float, limit: int | None = None,
+                   keep_raw: bool = False, truncate: bool = False) -> tuple[Body, Reservation]:
+        """A page's body, read under the crawl's limits: decoded up to `limit` bytes (else
+        `maxPageSize`; cut there with `truncate`, else tooBig), `minRate`, the bandwidth
+        limiter, and the document memory it holds until the caller gives it back (by
+        `timeoutTotal` after `started`, a wait for memory ends too); `keep_raw`: the bytes as
+        received too (archives)."""
+        held = self.memory.reservation(started + self.cfg.timeout_total)
+        body = await read_body(resp, limit or self.cfg.max_page_size, keep_raw=keep_raw,
+                               limiter=self.limiter, min_rate=self.cfg.min_rate,
+                               truncate=truncate, memory=held)
+        return body, held
 
     def failure(self, exc: BaseException) -> Failure | None:
         """What a failed request (either client, its body included) counts as; None for an

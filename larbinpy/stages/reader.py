@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import xxhash
@@ -33,19 +34,15 @@ from larbinpy.links.scope import url_extension
 from larbinpy.links.sitemaps import MAX_BYTES as SITEMAP_MAX_BYTES
 from larbinpy.links.urls import Normalizer
 from larbinpy.net.backoff import BACK_OFF_STATUSES, BackOff
-from larbinpy.net.body import read_body
-from larbinpy.net.docmemory import DocumentMemory
 from larbinpy.net.fetcher import Fetcher, Response
 from larbinpy.outputs import Outputs, page_from_response
 from larbinpy.records import Job, JobKind, Page, Site
-from larbinpy.stages.bandwidth import BandwidthLimiter
 from larbinpy.stages.input import Input
 from larbinpy.stages.parser import HTML_TYPES, Parser
 from larbinpy.stages.recrawl import Recrawl
 from larbinpy.stages.robots import Robots
 from larbinpy.stages.sitemaps import take_sitemap
 from larbinpy.stats import Outcome, Stats
-from larbinpy.turn import TurnEnd
 
 if TYPE_CHECKING:  # loaded when asked for: cookies with `cookies`, answers with `recrawl on`
     from larbinpy.frontier.recrawl import Answer
@@ -69,45 +66,33 @@ class Exchange:
         self.answer = answer  # recrawl: what the scheduler is told of this fetch
 
 
+@dataclass(frozen=True, slots=True)
+class Routes:
+    """Where the reader sends what it read."""
+
+    parser: Parser  # 2xx pages (links, then the outputs) and the exchanges archives keep
+    input: Input  # redirect targets, a sitemap's URLs
+    outputs: Outputs  # back-pressure, and the methods exchanges are passed on to
+    normalizer: Normalizer  # resolves a redirect's Location
+    contents: SeenSet | None  # noDup: digests of bodies already seen
+
+
 class Reader:
     """Fetches one job and routes what came back."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        stats: Stats,
-        normalizer: Normalizer,
-        robots: Robots,
-        input_stage: Input,
-        outputs: Outputs,
-        limiter: BandwidthLimiter | None,
-        contents: SeenSet | None,
-        *,
-        parser: Parser,
-        keep_raw: bool,
-        sites: Sites,
-        endings: Endings,
-        turn: TurnEnd,
-        memory: DocumentMemory,
-        fetcher: Fetcher,
-        recrawl: Recrawl,
-    ) -> None:
-        self.cfg, self.stats, self.normalizer = cfg, stats, normalizer
-        self.memory = memory  # bodies take their bytes from it, the parser gives them back
-        self.robots, self.input = robots, input_stage
-        self.outputs = outputs
-        self.limiter = limiter
-        self.contents = contents  # noDup: digests of bodies already seen
-        self.keep_raw = keep_raw  # an archival output wants the bytes as received
-        self.fetcher = fetcher  # sends the request through the right client
-        # a job a site asked us to retry (429/503) goes back to its site's queue
-        self.sites = sites
+    def __init__(self, cfg: Config, stats: Stats, fetcher: Fetcher, robots: Robots,
+                 sites: Sites, routes: Routes, endings: Endings, recrawl: Recrawl) -> None:
+        """`fetcher` sends the request and reads the body under the crawl's limits; `robots`
+        says what a site allows; `sites` takes back a job a 429/503 asks to retry (its
+        site's queue) and counts pages; `endings` is told each job's final outcome, once;
+        `recrawl` gives a fetch its history and validators (`NoRecrawl`: none)."""
+        self.cfg, self.stats, self.fetcher, self.robots = cfg, stats, fetcher, robots
+        self.sites, self.endings, self.recrawl = sites, endings, recrawl
+        self.parser, self.input, self.outputs = routes.parser, routes.input, routes.outputs
+        self.normalizer, self.contents = routes.normalizer, routes.contents
+        self.keep_raw = routes.outputs.keep_raw  # an archival output wants the raw bytes
         self.backoff = BackOff(cfg.max_retries, cfg.max_retry_after, sites, sites.clock)
         self.cookies = _cookie_jar() if cfg.cookies else None
-        self.parser = parser  # 2xx pages go on to it (links, outputs)
-        self.endings = endings  # each job's final outcome, told once
-        self.turn = turn
-        self.recrawl = recrawl  # histories, validators, digests (NoRecrawl: none)
 
     def refused(self, site: Site, job: Job) -> bool:
         """Must this job not be requested at all? (If so, its outcome is counted here.)
@@ -135,8 +120,8 @@ class Reader:
         # a worker reaches here in the turn its last fetch ended: the turn's end runs first
         # (its final lines reach the done-record), so a kill -9 re-fetches at most the
         # requests on the wire
-        if self.turn.pending:
-            await self.turn.passed()
+        if self.endings.pending:
+            await self.endings.recorded()
         if not self.outputs.ready:  # storage full or a slow hook: back-pressure, not memory
             await self.outputs.wait_ready()
         prepared = self.recrawl.prepare(site, job)
@@ -263,11 +248,7 @@ class Reader:
         limit: int | None = None, truncate: bool = False,
     ) -> Page:
         """Read the body under the limits and describe the exchange."""
-        held = self.memory.reservation(ex.start + self.cfg.timeout_total)
-        body = await read_body(
-            resp, limit or self.cfg.max_page_size, keep_raw=self.keep_raw, limiter=self.limiter,
-            min_rate=self.cfg.min_rate, truncate=truncate, memory=held,
-        )
+        body, held = await self.fetcher.read(resp, ex.start, limit, self.keep_raw, truncate)
         self.parser.hold(held)  # given back once this turn's documents are parsed
         ex.nbytes = body.wire_bytes
         self.stats.bytes += body.wire_bytes
