@@ -1,0 +1,98 @@
+"""The recrawl's feeder alone (`stages/revisitfeed.py`) on a `FakeClock`: due visits popped
+from a real schedule, handed to their site one at a time, behind its new URLs, spaced by the
+site's revisit clock; in milliseconds of wall time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from larbinpy.clock import FakeClock
+from larbinpy.frontier.diskqueue import SiteSpill
+from larbinpy.frontier.recrawl import Policy
+from larbinpy.frontier.schedule import Schedule, Visit
+from larbinpy.frontier.sites import Sites
+from larbinpy.records import Job, JobKind, Site
+from larbinpy.stages.revisitfeed import RevisitFeed
+from larbinpy.stats import Stats
+
+SITE = "http://news.test"
+
+
+class Feeding:
+    """A site table, a schedule and the feeder on one fake clock (a delay of 1 s a site, one
+    connection, recrawlShare 0.5: a revisit every 2 s at most)."""
+
+    def __init__(self, tmp_path: Path, share: float = 0.5) -> None:
+        self.clock = FakeClock()
+        self.sites = Sites(Stats(), 1.0, SiteSpill(tmp_path / "spill"), clock=self.clock)
+        self.sites.connect(on_new_site=lambda site: None, on_job=lambda site: None)
+        self.schedule = Schedule(tmp_path / "schedule", granularity=0.01)
+        self.policy = Policy(1.0, 100.0, per_host=1, share=share)
+        self.audits: set[str] = set()
+        self.feed = RevisitFeed(self.schedule, self.sites, self.policy, self.clock, self.audits,
+                                lambda key, job, visit: False, lambda: None, per_host=1,
+                                pop_every=0.1)
+
+    def site(self) -> Site:
+        """The site, known to the table (a page fetched once), resolved, its queue empty."""
+        self.sites.enqueue(Job(SITE + "/", 1), self.clock.now())
+        site = self.sites.by_key[SITE]
+        self.sites.resolved(site, "10.0.0.9", robots_first=False)
+        site.delay = 1.0
+        self.sites.take(site)
+        return site
+
+    def due(self, *paths: str) -> None:
+        """Pages of the site due now (fetched 10 s ago)."""
+        now = self.clock.wall()
+        for path in paths:
+            self.schedule.put(Visit(SITE + path, due=now, fetched_at=now - 10.0, depth=1))
+        self.schedule.flush()
+
+    def queued(self, site: Site) -> list[str]:
+        """The URLs in the site's queue, in order."""
+        return [job.url for job in site.queue]
+
+
+def test_a_sites_due_revisits_go_one_at_a_time_spaced_by_its_revisit_clock(
+        tmp_path: Path) -> None:
+    f = Feeding(tmp_path)
+    site = f.site()
+    f.due("/a", "/b", "/c")
+    f.clock.advance(0.02)  # (the schedule's bucket has ended)
+    assert f.feed.pop(f.clock.wall()) == 3
+    assert len(f.queued(site)) == 1 and f.feed.pending == 2
+    first = f.sites.take(site)
+    assert first.kind is JobKind.REVISIT
+    f.feed.release(first)  # fetched: its site may take the next one, but not before 2 s
+    assert f.queued(site) == [] and f.clock.pending(), "a revisit timer for the spacing"
+    f.clock.advance(1.9)
+    assert f.queued(site) == []
+    f.clock.advance(0.2)  # the timer fires at 2 s: the next one is fed
+    assert len(f.queued(site)) == 1 and f.feed.pending == 1
+
+
+def test_new_urls_of_a_site_go_before_its_due_revisits(tmp_path: Path) -> None:
+    f = Feeding(tmp_path, share=1.0)
+    site = f.site()
+    f.sites.enqueue(Job(SITE + "/new", 1), f.clock.now())  # never fetched: queued first
+    f.due("/old")
+    f.clock.advance(0.02)
+    f.feed.pop(f.clock.wall())
+    assert f.queued(site) == [SITE + "/new"] and f.feed.pending == 1
+    f.sites.take(site)
+    f.feed.after_fetch(site.key)  # its fetch ended: the revisit may go now
+    assert f.queued(site) == [SITE + "/old"]
+
+
+def test_an_audit_goes_before_a_more_urgent_page(tmp_path: Path) -> None:
+    f = Feeding(tmp_path, share=1.0)
+    site = f.site()
+    f.sites.enqueue(Job(SITE + "/new", 1), f.clock.now())  # holds the revisits back
+    f.due("/urgent", "/audit")
+    f.audits.add(SITE + "/audit")
+    f.clock.advance(0.02)
+    f.feed.pop(f.clock.wall())
+    f.sites.take(site)
+    f.feed.after_fetch(site.key)
+    assert f.queued(site) == [SITE + "/audit"]
