@@ -143,6 +143,7 @@ def bench_schedule(n: int, directory: Path, seed: int = 29, revisits: int = 0,
     s.release(pos)
     checkpoint_s += time.perf_counter() - t
     end_bytes = _disk_bytes(directory)
+    few = [e for e in os.scandir(directory) if e.is_file()]
     peak_bytes = max(peak_bytes, end_bytes)
     result: dict[str, Any] = {
         "store": store, "pages": n, "hosts": hosts, "scheduled": len(s), "revisits": popped,
@@ -159,6 +160,10 @@ def bench_schedule(n: int, directory: Path, seed: int = 29, revisits: int = 0,
         "index_bytes_per_page": (round(s.index.buckets * 2048 / n, 1)
                                  if isinstance(s, Schedule) else None),
         "files": sum(1 for _ in os.scandir(directory)),
+        # Which file holds the bytes, when there are few (SQLite's: the database, its WAL,
+        # which keeps the size of the largest transaction, and the WAL's index)
+        "bytes_per_page_by_file": ({e.name: round(e.stat().st_blocks * 512 / n, 1) for e in few}
+                                   if len(few) <= 4 else None),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
     s.close()
