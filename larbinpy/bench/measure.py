@@ -391,6 +391,14 @@ def parser() -> argparse.ArgumentParser:
                         "created when missing)")
     p.add_argument("--revisits", type=parse_int, metavar="M", default=0,
                    help="with --schedule: pop and put again M pages, not all N [N]")
+    p.add_argument("--store", choices=("ours", "sqlite"), default="ours",
+                   help="with --schedule: the store the workload drives: ours "
+                        "(frontier/schedule.py) or SQLite with an index on the due time "
+                        "(bench/schedstores.py) [ours]")
+    p.add_argument("--kill9", type=float, metavar="S", default=0.0,
+                   help="with --schedule: then pop and put again in a child process, kill it "
+                        "with SIGKILL after S seconds, reopen the store: its time, and whether "
+                        "exactly the pages in flight came back")
     p.add_argument("--seen-set", choices=("exact", "bitmap"), default="exact",
                    help="the seenSet of --seen [exact]")
     p.add_argument("--seen-bits", type=parse_int, default=0, metavar="BITS",
@@ -497,8 +505,9 @@ def state_bench(args: argparse.Namespace) -> int:
         if where is not None:
             Path(where).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="larbinpy-schedule-", dir=where) as tmp:
-            result["schedule"] = bench_schedule(args.schedule, Path(tmp),
-                                                revisits=args.revisits)
+            result["schedule"] = bench_schedule(args.schedule, Path(tmp) / "store",
+                                                revisits=args.revisits, store=args.store,
+                                                kill9=args.kill9)
     if args.seen:
         where = args.dir  # a disk: the store's real medium
         if where is not None:

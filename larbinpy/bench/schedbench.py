@@ -7,6 +7,10 @@ every page is popped when due and put again 1 h to 30 days later, with a checkpo
 (position, sync, release) every CHECKPOINT_EVERY pops, until N pages have been revisited. The
 clock steps CLOCK_STEP seconds (1M / N times that below 1M pages, so a small run stays short).
 Only the schedule's own calls are timed; pages are made between the timed calls.
+
+`store` chooses the store the same workload drives (`schedstores.py`: ours, or SQLite with an
+index on the due time); `kill9` then runs a child on the store, kills it with SIGKILL
+mid-run and reopens it (`schedstores.kill9_recovery`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from larbinpy.bench.schedstores import kill9_recovery, open_store
 from larbinpy.frontier import freshness
 from larbinpy.frontier.schedule import Schedule, Visit, lm_text
 
@@ -75,15 +80,15 @@ def _disk_bytes(directory: Path) -> int:
     return sum(e.stat().st_blocks * 512 for e in os.scandir(directory) if e.is_file())
 
 
-def bench_schedule(n: int, directory: Path, seed: int = 29,
-                   revisits: int = 0) -> dict[str, Any]:
+def bench_schedule(n: int, directory: Path, seed: int = 29, revisits: int = 0,
+                   store: str = "ours", kill9: float = 0.0) -> dict[str, Any]:
     """Put n pages, then pop `revisits` of them (0: n) as they come due and put each again:
-    rates, bytes a page, peak RSS."""
+    rates, bytes a page, peak RSS; with `kill9` (seconds), then the kill -9 check."""
     revisits = revisits or n
     rng = random.Random(seed)
     pool = _stats_pool(rng)
     hosts = max(100, n // 100)
-    s = Schedule(directory, granularity=GRANULARITY)
+    s = open_store(store, directory)
     put_s = 0.0
     for start in range(0, n, BATCH):
         if start and start % PROGRESS == 0:
@@ -138,18 +143,30 @@ def bench_schedule(n: int, directory: Path, seed: int = 29,
     s.release(pos)
     checkpoint_s += time.perf_counter() - t
     end_bytes = _disk_bytes(directory)
+    few = [e for e in os.scandir(directory) if e.is_file()]
     peak_bytes = max(peak_bytes, end_bytes)
-    result = {
-        "pages": n, "hosts": hosts, "scheduled": len(s), "revisits": popped,
+    result: dict[str, Any] = {
+        "store": store, "pages": n, "hosts": hosts, "scheduled": len(s), "revisits": popped,
         "puts_per_s": round(n / put_s), "pops_per_s": round(popped / pop_s),
-        "reputs_per_s": round(popped / reput_s), "checkpoint_s": round(checkpoint_s, 1),
+        "reputs_per_s": round(popped / reput_s),
+        # A pop and its put again together: where a store writes a put (at the put, at a
+        # flush, or at the pop that must see it) differs, a revisit's cost does not.
+        "revisits_per_s": round(popped / (pop_s + reput_s)), "checkpoint_s": round(checkpoint_s, 1),
         "simulated_days": round((clock - T0) / 86400, 1),
         "bytes_per_page_after_puts": round(after_puts / n, 1),
         "bytes_per_page_after_revisits": round(end_bytes / n, 1),
         "bytes_per_page_peak": round(peak_bytes / n, 1),
-        "index_bytes_per_page": round(s.index.buckets * 2048 / n, 1),
+        # (ours only: its index is one file of 2 KiB hash buckets)
+        "index_bytes_per_page": (round(s.index.buckets * 2048 / n, 1)
+                                 if isinstance(s, Schedule) else None),
         "files": sum(1 for _ in os.scandir(directory)),
+        # Which file holds the bytes, when there are few (SQLite's: the database, its WAL,
+        # which keeps the size of the largest transaction, and the WAL's index)
+        "bytes_per_page_by_file": ({e.name: round(e.stat().st_blocks * 512 / n, 1) for e in few}
+                                   if len(few) <= 4 else None),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
     s.close()
+    if kill9:
+        result["kill9"] = kill9_recovery(store, directory, clock, pos, step, kill9)
     return result
