@@ -20,7 +20,9 @@ Other modes: `--nodes` (clusters of processes, `cluster.py`) and `--micro`, `--f
 `--hashset` (one structure alone, `micro.py`), `--seen` (the seen-set alone, `seen_bench`),
 `--shared-ip` (thousands of hosts on one IP: does the crawl keep its pace, `shared_ip_bench`),
 `--recrawl` (how fresh the daemon keeps a copy of a changing web, `recrawl.py`),
-`--schedule` (the recrawl schedule alone on a simulated clock, `schedbench.py`).
+`--schedule` (the recrawl schedule alone on a simulated clock, `schedbench.py`),
+`--news` (how soon the daemon finds new pages of a news web, beside two reference clients,
+`news.py`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import Any
 
 import aiohttp
 
-from larbinpy.bench import recrawl
+from larbinpy.bench import news, recrawl
 from larbinpy.bench.harness import HASH_BITS, HASH_FUNCTIONS, SynthServer
 from larbinpy.bench.synth import PAGE_SHAPES, host_ip, host_name, synth_urls
 from larbinpy.config import parse_int
@@ -411,6 +413,7 @@ def parser() -> argparse.ArgumentParser:
                         "the pair with the median CPU ratio and every pair's range (with "
                         "--nodes: every configuration R times, interleaved; the medians) [1]")
     recrawl.add_options(p)
+    news.add_options(p)
     return p
 
 
@@ -765,9 +768,9 @@ def run_and_report(
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `larbinpy bench`; 0 on success, 1 if the server or the crawl fails."""
     args = parser().parse_args(argv)
-    if args.recrawl:  # its own defaults for the options it shares (pages, wait, per-host...)
+    if args.recrawl or args.news:  # own defaults for the options shared (pages, wait, ...)
         p = parser()
-        p.set_defaults(**recrawl.DEFAULTS)
+        p.set_defaults(**(news.DEFAULTS if args.news else recrawl.DEFAULTS))
         args = p.parse_args(argv)
     if args.micro or args.frontier or args.hashset or args.seen or args.schedule:
         return state_bench(args)
@@ -776,6 +779,8 @@ def main(argv: list[str] | None = None) -> int:
         return nodes_bench(args)
     if args.shared_ip:
         return run_and_report(args, shared_ip_bench, shared_ip_text)
+    if args.news:  # `--news` and `--recrawl --news` alike
+        return run_and_report(args, news.news_bench, news.report_text)
     if args.recrawl:
         return run_and_report(args, recrawl.recrawl_bench, recrawl.report_text)
     return run_and_report(args, bench, report_text)
