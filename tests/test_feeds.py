@@ -147,7 +147,9 @@ async def test_a_front_page_rss_feed_has_its_entries_fetched_and_no_other_hosts(
     assert out["outOfScope"] == 1  # victim.test's page: counted, never fetched
 
 
-async def test_atom_and_sitemaps_under_generic_xml_types_are_told_by_their_root(make_web):
+async def xml_web(make_web):
+    """xml.test: / announces an Atom feed, links a sitemap and an XML document, all three
+    under generic XML types."""
     tw = await make_web([Site("xml.test", "127.0.0.2")])
     xml = "application/xml"
     tw.web.sites["xml.test"].pages.update({
@@ -160,12 +162,24 @@ async def test_atom_and_sitemaps_under_generic_xml_types_are_told_by_their_root(
         "/a1.html": Page("<html></html>"), "/s1.html": Page("<html></html>"),
         "/never.html": Page("<html></html>"),
     })
+    return tw
+
+
+async def test_atom_and_sitemaps_under_generic_xml_types_are_told_by_their_root(make_web):
+    tw = await xml_web(make_web)
     crawler = await tw.crawl(f"startUrl {tw.url('xml.test')}")
     assert {h.path for h in tw.web.hits} == {"/robots.txt", "/", "/atom", "/sm.xml",
                                              "/data.xml", "/a1.html", "/s1.html"}
     out = crawler.stats.outcomes
     assert out["badType"] == 1  # XML that is neither a feed nor a sitemap: not read as one
     assert out["success"] == 5
+
+
+async def test_sitemaps_off_reads_no_sitemap_found_as_a_link(make_web):
+    tw = await xml_web(make_web)
+    crawler = await tw.crawl(f"startUrl {tw.url('xml.test')}\nsitemaps off")
+    assert "/s1.html" not in {h.path for h in tw.web.hits}
+    assert crawler.stats.outcomes["badType"] == 2  # the sitemap, and the XML document
 
 
 async def test_junk_laughs_and_bombs_under_feed_types_are_bounded_counted_and_survived(

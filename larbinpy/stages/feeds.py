@@ -57,7 +57,7 @@ def take_xml(job: Job, ctype: str, body: bytes, input_stage: Input, stats: Stats
     kind = "feed" if is_feed_type(ctype) else sniff(body)
     if kind == "feed":
         return take_feed(job, body, input_stage, stats, modified)
-    if kind == "sitemap":
+    if kind == "sitemap" and input_stage.cfg.sitemaps:  # (`sitemaps off`: none is read)
         # a sitemap found as a link: its index may nest no deeper than robots.txt's would
         nested = replace(job, depth=min(job.depth, MAX_NESTING))
         return take_sitemap(nested, body, input_stage, stats, modified)
