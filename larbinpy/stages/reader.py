@@ -232,8 +232,8 @@ class Reader:
         return await self._archived(site, job, resp, ex, kind)
 
     async def _ok(self, site: Site, job: Job, resp: Response, ex: Exchange) -> Outcome:
-        """A 2xx: a sitemap's URLs to input; a page of a wanted type to the parser, unless
-        noDup has seen its body."""
+        """A 2xx: a sitemap's URLs to input, a feed's entries too (`stages/feeds.py`); a page
+        of a wanted type to the parser, unless noDup has seen its body."""
         if job.kind == JobKind.SITEMAP:
             page = await self._page(site, job, resp, ex, SITEMAP_MAX_BYTES, truncate=True)
             if self.keep_raw:  # archived like robots.txt, not as a page of the crawl
