@@ -53,9 +53,10 @@ _OPEN = re.compile(rb"<" + _PREFIX + rb"(?:item|entry)[\s>/]")
 _CLOSE = re.compile(rb"</" + _PREFIX + rb"(?:item|entry)\s*>")
 _ATOM_LINK = re.compile(rb"<" + _PREFIX + rb"link\s([^<>]*)>")
 _ATTR = re.compile(rb"""([\w:.-]+)\s*=\s*(?:"([^"<]*)"|'([^'<]*)')""")
-# an element's text: CDATA, or characters up to the next tag (at most MAX_VALUE of them, so
-# that junk fails at once); no nested quantifiers, so no backtracking blow-up
-_TEXT = rb"(<!\[CDATA\[.{0,%d}?\]\]>|[^<]{0,%d})" % (MAX_VALUE, MAX_VALUE)
+# an element's text: CDATA, or characters up to the next tag, at most MAX_VALUE of them and
+# never past a "<": a failed match stops at the next tag, so however many opening tags a body
+# repeats, each character is looked at a bounded number of times
+_TEXT = rb"(<!\[CDATA\[[^<\]]{0,%d}\]\]>|[^<]{0,%d})" % (MAX_VALUE, MAX_VALUE)
 _RSS_LINK = re.compile(rb"<link>" + _TEXT + rb"</link>", re.S)
 _GUID = re.compile(rb"<guid(\s[^<>]*)?>" + _TEXT + rb"</guid>", re.S)
 _DATE = re.compile(rb"<(" + _PREFIX + rb"(?:updated|published|pubDate|date|modified))>"
