@@ -209,19 +209,20 @@ class Input:
                          lambda u: Job(u, nesting, prio, 0, 0, JobKind.SITEMAP, via=base),
                          again=self.cfg.recrawl)
 
-    def add_sitemap_urls(self, base: str, urls: Iterable[str]) -> None:
-        """Page URLs a sitemap lists: entry points with the full `depthInSite`."""
+    def add_sitemap_urls(self, base: str, urls: Iterable[str]) -> int:
+        """Page URLs a sitemap lists: entry points with the full `depthInSite`; how many were
+        new."""
         depth, prio = self.cfg.depth_in_site, self.cfg.sitemap_priority
-        self._add_listed(base, urls, lambda u: Job(u, depth, prio, via=base))
+        return self._add_listed(base, urls, lambda u: Job(u, depth, prio, via=base))
 
     def _add_listed(self, base: str, urls: Iterable[str], make: Callable[[str], Job],
-                    again: bool = False) -> None:
+                    again: bool = False) -> int:
         """URLs listed by robots.txt or a sitemap at `base`: resolved, scoped, de-duplicated
-        (`again`: queued even when seen before)."""
+        (`again`: queued even when seen before); how many were queued."""
         resolved = dict.fromkeys(
             u for u in (self.normalizer.resolve(base, raw.strip()) for raw in urls) if u)
         if not resolved:
-            return
+            return 0
         fresh = list(resolved) if again else self.seen.missing(list(resolved))
         self.stats.count(Outcome.urlDup, len(resolved) - len(fresh))
         here = site_key(base)
@@ -235,6 +236,7 @@ class Input:
                 continue
             jobs.append(make(url))
         self._queue(jobs, again)
+        return len(jobs)
 
     def restore(self, jobs: list[Job]) -> None:
         """Jobs saved by a checkpoint: back on the FIFOs, already in the seen-set."""

@@ -9,7 +9,8 @@ routes the response (`_response`):
   (`net/backoff.BackOff`);
 * 2xx: a page of a wanted type goes to the parser stage (`parser.py`: links to input, page to
   the outputs), unless `noDup` has seen its body; a sitemap job's body goes to
-  `stages/sitemaps.py` instead (its URLs to input);
+  `stages/sitemaps.py` instead (its URLs to input), and a feed's (RSS, Atom; or XML whose
+  root says feed or sitemap) to `stages/feeds.py`;
 * 3xx: the target goes back to input, one hop further (with the job's tag and kind);
 * with an archival output (WARC), every exchange that is not a page goes to the archives too.
 
@@ -37,6 +38,7 @@ from larbinpy.net.backoff import BACK_OFF_STATUSES, BackOff
 from larbinpy.net.fetcher import Fetcher, Response
 from larbinpy.outputs import Outputs, page_from_response
 from larbinpy.records import Job, JobKind, Page, Site
+from larbinpy.stages.feeds import is_feed_type, is_xml_type, take_xml
 from larbinpy.stages.input import Input
 from larbinpy.stages.parser import HTML_TYPES, Parser
 from larbinpy.stages.recrawl import Recrawl
@@ -198,14 +200,22 @@ class Reader:
         return await self._archived(site, job, resp, ex, kind)
 
     async def _ok(self, site: Site, job: Job, resp: Response, ex: Exchange) -> Outcome:
-        """A 2xx: a sitemap's URLs to input; a page of a wanted type to the parser, unless
-        noDup has seen its body."""
+        """A 2xx: a sitemap's URLs to input, a feed's entries too (`stages/feeds.py`); a page
+        of a wanted type to the parser, unless noDup has seen its body."""
         if job.kind == JobKind.SITEMAP:
             page = await self._page(site, job, resp, ex, SITEMAP_MAX_BYTES, truncate=True)
             if self.keep_raw:  # archived like robots.txt, not as a page of the crawl
                 self.parser.pass_on(self.outputs.record_robots, page)
             return take_sitemap(job, page.body, self.input, self.stats,
                                 self.recrawl.lastmod)
+        if self._feed_type(resp.content_type, job.url):  # a feed, or XML that may be one
+            page = await self._page(site, job, resp, ex, SITEMAP_MAX_BYTES, truncate=True)
+            if ex.answer is not None and ex.answer.found(page.raw_body or page.body):
+                return self._as_kept(page, ex, Outcome.unchanged)  # nothing new listed
+            if self.keep_raw:  # archived like a sitemap
+                self.parser.pass_on(self.outputs.record_robots, page)
+            return take_xml(job, resp.content_type, page.body, self.input, self.stats,
+                            self.recrawl.lastmod)
         if not self._wanted_type(resp.content_type, job.url):
             return Outcome.badType
         page = await self._page(site, job, resp, ex)
@@ -281,6 +291,11 @@ class Reader:
         if cfg.follow_images and ctype.startswith("image/"):
             return True
         return bool(cfg.specific_search) and url_extension(url) in cfg.specific_search
+
+    def _feed_type(self, ctype: str, url: str) -> bool:
+        """A feed's type; or a generic XML one not wanted as a page, whose body is read under
+        the sitemap limits to tell a feed or a sitemap (found as a link) from other XML."""
+        return is_feed_type(ctype) or (is_xml_type(ctype) and not self._wanted_type(ctype, url))
 
     def _seen_body(self, body: bytes) -> bool:
         """noDup: was a page with this exact body already seen? (records it if not)"""

@@ -45,7 +45,7 @@ from larbinpy.frontier.sites import Sites
 from larbinpy.links.urls import site_key
 from larbinpy.records import Job, JobKind, Revisit, Site
 from larbinpy.stages.discovery import Discovery
-from larbinpy.stages.recrawl import NO_HISTORY, Prepared
+from larbinpy.stages.recrawl import Prepared
 from larbinpy.stages.revisitfeed import HandOver, RevisitFeed
 from larbinpy.stats import Outcome
 from larbinpy.turn import Phase, TurnEnd
@@ -100,8 +100,8 @@ class Revisits:
         since it was popped, e.g. a checkpoint's job replayed after a kill)."""
         if job.kind is JobKind.PAGE:
             return Answer(None), None
-        if job.kind is not JobKind.REVISIT:
-            return NO_HISTORY  # (a sitemap: read for its URLs, not scheduled)
+        if job.kind is JobKind.SITEMAP:  # read whole (its URLs), its history kept if any
+            return Answer(self.schedule.get(job.url)), None
         visit = self.schedule.get(job.url)
         if visit is None:  # handed over by another cluster node: a first visit here
             return Answer(None), None
@@ -120,12 +120,11 @@ class Revisits:
     # --- scheduling (an `Endings` subscriber) ---
 
     def ended(self, e: Ended) -> None:
-        """A job's final outcome: a page (not a sitemap) is scheduled again at the end of the
-        turn, once its links are parsed, and `e.due` then says when (the crawl log's
-        `next`)."""
-        if e.job.kind is not JobKind.SITEMAP:
-            self._ended.append(e)
-            self.turn.due()
+        """A job's final outcome: the page (a sitemap too: it is revisited for the new pages
+        it lists, on a schedule of its own) is scheduled again at the end of the turn, once
+        its links are parsed, and `e.due` then says when (the crawl log's `next`)."""
+        self._ended.append(e)
+        self.turn.due()
 
     def _schedule_turn(self) -> None:
         """The `SCHEDULE` phase: the turn's pages scheduled again, the schedule flushed."""

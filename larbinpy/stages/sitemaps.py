@@ -38,7 +38,8 @@ def take_sitemap(job: Job, body: bytes, input_stage: Input, stats: Stats,
     if found.is_index:
         input_stage.add_sitemaps(job.url, urls, job.depth - 1)
     else:
-        input_stage.add_sitemap_urls(job.url, urls)
+        # (what this fetch discovered: the recrawl revisits a sitemap that lists new pages)
+        job.found = input_stage.add_sitemap_urls(job.url, urls)
         if modified is not None:  # the newest first, LASTMOD_CHECKS at most
             listed = sorted(lastmods(body), key=lambda e: -e[1])[:LASTMOD_CHECKS]
             own, _ = own_host_urls(job.url, [u for u, _ in listed], input_stage.normalizer)
