@@ -96,3 +96,29 @@ def test_an_audit_goes_before_a_more_urgent_page(tmp_path: Path) -> None:
     f.sites.take(site)
     f.feed.after_fetch(site.key)
     assert f.queued(site) == [SITE + "/audit"]
+
+
+def test_a_full_site_puts_back_its_least_urgent_visit_not_the_one_just_due(
+        tmp_path: Path) -> None:
+    """A site whose revisits ask more than it serves has a backlog of waiting visits; a page
+    due now that is far more urgent (long overdue) takes the place of the least urgent one,
+    which goes back to the schedule, instead of waiting behind the backlog."""
+    from larbinpy.stages.revisitfeed import PER_SITE_MAX
+
+    f = Feeding(tmp_path)
+    site = f.site()
+    f.sites.enqueue(Job(SITE + "/new", 1), f.clock.now())  # holds the revisits back
+    f.due(*[f"/p{i}" for i in range(PER_SITE_MAX)])  # fetched 10 s ago, due now
+    f.clock.advance(0.02)
+    f.feed.pop(f.clock.wall())
+    assert len(f.feed.waiting[SITE]) == PER_SITE_MAX
+    now = f.clock.wall()
+    f.schedule.put(Visit(SITE + "/front", due=now - 90.0, fetched_at=now - 100.0, depth=1))
+    f.schedule.flush()
+    f.clock.advance(0.02)
+    f.feed.pop(f.clock.wall())
+    waiting = [visit.url for visit, _, _ in f.feed.waiting[SITE]]
+    assert SITE + "/front" in waiting and len(waiting) == PER_SITE_MAX
+    put_back = [u for u in (SITE + f"/p{i}" for i in range(PER_SITE_MAX)) if u not in waiting]
+    assert len(put_back) == 1 and f.schedule.get(put_back[0]).due > f.clock.wall()
+    assert site.queue  # (the new URL still first)

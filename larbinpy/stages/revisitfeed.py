@@ -77,17 +77,37 @@ class RevisitFeed:
         for visit in visits:
             key = site_key(visit.url)
             fifo = self.waiting.setdefault(key, [])
-            if len(fifo) >= PER_SITE_MAX and visit.url not in self.audits:
-                # its site cannot take them soon: back, a bit later
-                later = now + max(self._spacing(key) * len(fifo), POP_EVERY)
-                self.schedule.put(replace(visit, due=later))
-                continue
-            fifo.append((visit, self.policy.rate(visit.stats), self.policy.found(visit.stats)))
-            self.pending += 1
             keys[key] = None
+            popped = (visit, self.policy.rate(visit.stats), self.policy.found(visit.stats))
+            if len(fifo) >= PER_SITE_MAX and visit.url not in self.audits:
+                # its site cannot take them all soon: the least urgent goes back, a bit later
+                # (not the one just popped: a front page due now must not wait behind the
+                # backlog of a site whose revisits always ask a little more than it serves)
+                back = self._least_urgent(fifo, popped, now)
+                later = now + max(self._spacing(key) * len(fifo), POP_EVERY)
+                self.schedule.put(replace(back[0], due=later))
+                continue
+            fifo.append(popped)
+            self.pending += 1
         for key in keys:
             self.feed(key)
         return len(visits)
+
+    def _least_urgent(self, fifo: list[Waiting], popped: Waiting, now: float) -> Waiting:
+        """The least urgent of a full site's waiting visits and the one just `popped`, which
+        takes its place if more urgent; audits stay."""
+        urgency = self.policy.urgency
+        worst, worst_value = -1, urgency(popped[0], popped[1], popped[2], now)
+        for i, (visit, rate, found) in enumerate(fifo):
+            if visit.url in self.audits:
+                continue
+            value = urgency(visit, rate, found, now)
+            if value < worst_value:
+                worst, worst_value = i, value
+        if worst < 0:
+            return popped
+        back, fifo[worst] = fifo[worst], popped
+        return back
 
     def feed(self, key: str) -> None:
         """Give a site its next waiting revisit if it can take one now: no other job queued
