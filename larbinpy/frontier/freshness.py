@@ -496,7 +496,7 @@ _FOUND = struct.Struct("<ee")  # new URLs found (decayed), log2(1 + seconds watc
 FOUND_BYTES = _FOUND.size
 # the weight of discovery: a second of delay before a new page is fetched costs as much as
 # DISCOVERY_WEIGHT pages' seconds of staleness (see `discovery_interval`)
-DISCOVERY_WEIGHT = 16.0
+DISCOVERY_WEIGHT = 32.0
 _BISECTIONS = 14  # steps of the discovery interval's bisection (2^-14 of its bracket's log)
 
 
