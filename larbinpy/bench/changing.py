@@ -411,6 +411,12 @@ async def serve(args: argparse.Namespace) -> None:
     web_ = ChangingWeb(kinds, args.hosts_per_kind, args.pages, args.seed, args.page_bytes,
                        args.rate)
     await web_.start()
+    await serve_until_stopped(web_, args)
+
+
+async def serve_until_stopped(web_: Any, args: argparse.Namespace) -> None:
+    """Serve a started web with its DNS server until SIGTERM/SIGINT or `args.lifetime`, saying
+    READY (and writing `args.ready_file`); write its log (`args.log`) on the way out."""
     dns: DnsServer = await start_dns_for(web_)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

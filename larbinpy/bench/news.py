@@ -42,14 +42,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
-import contextlib
 import datetime
 import hashlib
 import json
 import math
 import random
 import re
-import signal
 import sys
 import time
 from collections import defaultdict, deque
@@ -63,10 +61,15 @@ import aiohttp
 from aiohttp import web
 
 from larbinpy.bench import recrawl
-from larbinpy.bench.changing import ChangingPage, draw_rate, http_date, parse_http_date
+from larbinpy.bench.changing import (
+    ChangingPage,
+    draw_rate,
+    http_date,
+    parse_http_date,
+    serve_until_stopped,
+)
 from larbinpy.bench.harness import ChildServer
 from larbinpy.bench.synth import host_ip
-from larbinpy.demo.dnsserver import DnsServer, start_dns_for
 from larbinpy.demo.web import LocalWeb, Site, StaticResolver
 
 DOMAIN = "news.test"
@@ -806,30 +809,7 @@ async def serve(args: argparse.Namespace) -> None:
     """Serve until SIGTERM/SIGINT or the end of the lifetime; write the log on the way out."""
     web_ = NewsWeb(args.sites, args.seed, args.initial, args.others)
     await web_.start()
-    dns: DnsServer = await start_dns_for(web_)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        if args.ready_file:
-            _write_atomically(args.ready_file, f"{web_.port} {dns.port}\n")
-        print(f"READY {web_.port} {dns.port}", flush=True)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), args.lifetime)
-    finally:
-        until = time.time()
-        await dns.stop()
-        await web_.stop()
-        if args.log:
-            _write_atomically(args.log, json.dumps(web_.log(until)))
-
-
-def _write_atomically(path: str, text: str) -> None:
-    """Write a file so that a poller never reads half of it."""
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    await serve_until_stopped(web_, args)
 
 
 def parser() -> argparse.ArgumentParser:
