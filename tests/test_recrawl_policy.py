@@ -3,6 +3,7 @@ next visit and what the site's validators proved out. No server, no clock, no sc
 
 from __future__ import annotations
 
+from dataclasses import replace
 from email.utils import formatdate
 
 import pytest
@@ -162,6 +163,41 @@ def test_an_audit_goes_first_among_a_sites_waiting_visits() -> None:
     fifo = [(overdue, 0.01, 0.0), (audited, 0.0, 0.0)]
     assert p.most_urgent(fifo, {"http://h.test/audit"}, T0) == 1
     assert p.most_urgent(fifo, set(), T0) == 0  # else the page a visit now helps most
+
+
+def test_a_visit_made_due_early_goes_first_and_a_visit_put_back_keeps_its_interval() -> None:
+    """A page's record keeps the interval its site's budget counted: a feed or a sitemap date
+    making it due now (`Schedule.force`) sends it before the site's other waiting visits, and
+    a visit put back behind a backlog (its due time moved later) is still judged against the
+    interval it was given, not as a page meant to wait longer."""
+    p, state = policy(), site()
+    first = p.observed(Job(URL, 3), Outcome.success, answered(None, b"v"), state, T0, 1.0, 0)
+    given = policy_module.interval_of(first.visit)
+    assert given is not None and first.visit.due == pytest.approx(T0 + given, abs=1e-3)
+    put_back = replace(first.visit, due=first.visit.due + 500.0)
+    assert policy_module.interval_of(put_back) == given
+    assert p.target_of(put_back) == p.target_of(first.visit)
+    assert not policy_module.made_early(put_back)
+    forced = replace(first.visit, due=T0 + 1.0)
+    assert policy_module.made_early(forced)
+    overdue = Visit("http://h.test/old", due=T0, fetched_at=T0 - 900)
+    fifo = [(overdue, 0.01, 0.0), (forced, p.rate(forced.stats), 0.0)]
+    assert p.most_urgent(fifo, set(), T0 + 2.0) == 1
+
+
+def test_an_overdue_page_whose_gain_is_flat_still_grows_more_urgent() -> None:
+    """A page only its prior knows (it looks as if it changed every recrawlMin, so a visit's
+    gain is flat past its interval) is not left behind for ever by pages whose gain grows: its
+    urgency is at least the time it is overdue."""
+    p, state = policy(), site()
+    new = p.observed(Job(URL, 3), Outcome.success, answered(None, b"v"), state, T0, 1.0,
+                     coming=200)  # a first pass: the site's mean interval, far above LO
+    target = p.target_of(new.visit)
+    rate = p.rate(new.visit.stats)
+    assert rate * target > 5  # (its gain is flat: the bug this guards against)
+    urgency = [p.urgency(new.visit, rate, 0.0, T0 + k * target) for k in (1.0, 2.0, 4.0)]
+    assert urgency[0] == pytest.approx(1.0, rel=0.01)
+    assert urgency[1] >= 2.0 and urgency[2] >= 4.0
 
 
 def test_a_handed_over_state_keeps_a_validator_either_node_caught_lying() -> None:

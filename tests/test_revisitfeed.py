@@ -122,3 +122,40 @@ def test_a_full_site_puts_back_its_least_urgent_visit_not_the_one_just_due(
     put_back = [u for u in (SITE + f"/p{i}" for i in range(PER_SITE_MAX)) if u not in waiting]
     assert len(put_back) == 1 and f.schedule.get(put_back[0]).due > f.clock.wall()
     assert site.queue  # (the new URL still first)
+
+
+def test_a_front_page_popped_in_its_slack_behind_a_backlog_is_back_within_a_look(
+        tmp_path: Path) -> None:
+    """A page that yields new URLs (a front page), popped in its interval's slack when its
+    site already has a full backlog, is the least urgent for now and goes back; but only until
+    its urgency reaches the backlog's (a second or so), not until the backlog could drain (two
+    minutes here), and with the interval it was given: then it goes before the backlog."""
+    from larbinpy.frontier import freshness
+    from larbinpy.frontier.recrawl import interval_of, record_stats
+    from larbinpy.stages.revisitfeed import PER_SITE_MAX
+
+    f = Feeding(tmp_path)
+    f.site()
+    f.sites.enqueue(Job(SITE + "/new", 1), f.clock.now())  # holds the revisits back
+    f.due(*[f"/p{i}" for i in range(PER_SITE_MAX)])  # fetched 10 s ago, due now
+    f.clock.advance(0.02)
+    f.feed.pop(f.clock.wall())
+    now = f.clock.wall()
+    change = freshness.observe(b"", now - 1.0, 0.0, False)
+    found = freshness.observe_found(b"", 10, 20.0)  # a new URL every 2 s of its revisits
+    front = Visit(SITE + "/", due=now, fetched_at=now - 1.0, depth=1,
+                  stats=record_stats(change, found, 1.0))
+    f.schedule.put(front)
+    f.schedule.flush()
+    f.clock.advance(0.02)
+    f.feed.pop(f.clock.wall())
+    waiting = [visit.url for visit, _, _ in f.feed.waiting[SITE]]
+    assert SITE + "/" not in waiting  # least urgent for now: put back
+    back = f.schedule.get(SITE + "/")
+    assert back is not None and interval_of(back) == 1.0
+    assert back.due - f.clock.wall() < 1.0  # not the backlog's 2 minutes
+    f.clock.advance(1.0)
+    f.feed.pop(f.clock.wall())
+    fifo = f.feed.waiting[SITE]
+    best = fifo[f.policy.most_urgent(fifo, f.audits, f.clock.wall())][0]
+    assert best.url == SITE + "/"

@@ -165,7 +165,15 @@ def urgency(rate: float, since: float, target: float) -> float:
     due = marginal(rate, target)
     if due <= 0.0:
         return since / target
-    return marginal(rate, since) / due
+    return overdue(marginal(rate, since) / due, since, target)
+
+
+def overdue(value: float, since: float, target: float) -> float:
+    """An urgency past its target never below the time overdue (since / target): a page whose
+    gain is flat there (its rate, or only its prior, says it changes much faster than it is
+    visited) would otherwise never grow more urgent, and wait behind every other page of a
+    site with a backlog for ever."""
+    return max(value, since / target) if since > target else value
 
 
 def _demand(rates: Sequence[float], mu: float, lo: float, hi: float) -> float:
@@ -496,7 +504,7 @@ _FOUND = struct.Struct("<ee")  # new URLs found (decayed), log2(1 + seconds watc
 FOUND_BYTES = _FOUND.size
 # the weight of discovery: a second of delay before a new page is fetched costs as much as
 # DISCOVERY_WEIGHT pages' seconds of staleness (see `discovery_interval`)
-DISCOVERY_WEIGHT = 32.0
+DISCOVERY_WEIGHT = 16.0
 _BISECTIONS = 14  # steps of the discovery interval's bisection (2^-14 of its bracket's log)
 
 

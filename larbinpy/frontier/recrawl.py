@@ -62,8 +62,14 @@ POP_EVERY = 0.5  # seconds between two looks for due visits (at most; recrawlMin
 NOT_MODIFIED = "server-not-modified"
 IDENTICAL = "identical-payload-digest"
 GOOD = frozenset({Outcome.success, Outcome.notModified, Outcome.unchanged})
-# a page's schedule record keeps its change estimator's state, then its discovery state
+# A page's schedule record keeps its change estimator's state, its discovery state, then the
+# interval its site's budget counted it at: its due time alone does not say, since a visit put
+# back behind its site's backlog, or made due early (a feed, a sitemap, an operator), keeps
+# the interval it was given (and the demand counted) while its due time moves.
 CHANGE_BYTES = freshness.STATE_BYTES
+FOUND_END = CHANGE_BYTES + freshness.FOUND_BYTES
+_INTERVAL = struct.Struct("<f")  # seconds (float32: 0.00001% of the interval)
+RECORD_STATS_BYTES = FOUND_END + _INTERVAL.size
 # a visit waiting for its site: (its record, its change rate, the new URLs a second it yields)
 Waiting = tuple[Visit, float, float]
 # failures come back on their own, longer schedule; a redirect too (its target is a page)
@@ -220,7 +226,7 @@ class Policy:
     @staticmethod
     def found(stats: bytes) -> float:
         """New URLs a second the page's revisits yield (its discovery estimate)."""
-        return freshness.found_rate(stats[CHANGE_BYTES:])
+        return freshness.found_rate(stats[CHANGE_BYTES:FOUND_END])
 
     def due_after(self, target: float) -> float:
         """Seconds after a fetch that a page meant for `target` may be fetched again: (1 -
@@ -236,11 +242,12 @@ class Policy:
 
     def most_urgent(self, fifo: list[Waiting], audits: Container[str], now: float) -> int:
         """Which waiting visit of a site goes next: an audit of a 304 first (the sooner, the
-        more it proves), then the page a visit now helps most (`urgency`; a page popped
-        early, in its interval's slack, has urgency below 1)."""
+        more it proves), or a visit made due early (`made_early`: a date says the page
+        changed), then the page a visit now helps most (`urgency`; a page popped early, in
+        its interval's slack, has urgency below 1)."""
         best, best_value = 0, -math.inf
         for i, (visit, rate, found) in enumerate(fifo):
-            if visit.url in audits:
+            if visit.url in audits or made_early(visit):
                 return i
             value = self.urgency(visit, rate, found, now)
             if value > best_value:
@@ -257,7 +264,24 @@ class Policy:
             return freshness.urgency(rate, since, target)
         weight = freshness.DISCOVERY_WEIGHT * found / 2.0
         due = freshness.marginal(rate, target) + weight * target * target
-        return (freshness.marginal(rate, since) + weight * since * since) / due
+        value = (freshness.marginal(rate, since) + weight * since * since) / due
+        return freshness.overdue(value, since, target)
+
+    def urgent_in(self, waiting: Waiting, level: float, now: float, horizon: float) -> float:
+        """Seconds from `now` until a waiting visit's urgency reaches `level` (`horizon` if
+        not within it): when a visit put back behind its site's backlog is worth looking at
+        again. Urgency rises with time: bisection."""
+        visit, rate, found = waiting
+        if self.urgency(visit, rate, found, now + horizon) < level:
+            return horizon
+        a, b = 0.0, horizon
+        for _ in range(12):
+            m = (a + b) / 2
+            if self.urgency(visit, rate, found, now + m) < level:
+                a = m
+            else:
+                b = m
+        return b
 
     # --- after a fetch ---
 
@@ -266,7 +290,11 @@ class Policy:
         since = now - prior.fetched_at if prior is not None and prior.fetched_at else 0.0
         interval = min(max(FAILURE_BACKOFF * since, FIRST_FAILURE * self.lo), self.hi)
         if prior is not None:
-            return replace(prior, due=now + interval, status=status)
+            stats = prior.stats
+            if len(stats) >= CHANGE_BYTES:  # (a page that never answered has none to keep)
+                stats = record_stats(stats[:CHANGE_BYTES], stats[CHANGE_BYTES:FOUND_END],
+                                     interval)
+            return replace(prior, due=now + interval, status=status, stats=stats)
         return Visit(url=job.url, due=now + interval, fetched_at=0.0, etag=None,
                      last_modified=None, digest=b"", captured_at=0.0, status=status,
                      depth=job.depth, priority=job.priority, tag=job.tag, stats=b"")
@@ -299,7 +327,8 @@ class Policy:
             # schedules it again as a page new to the schedule
             state.budget.account(interval, None)
             interval = 0.0
-        return Learned(self._visit(job, kind, answer, now, interval, lm_strong, change + found),
+        return Learned(self._visit(job, kind, answer, now, interval, lm_strong,
+                                   record_stats(change, found, interval)),
                        audit, freshness.freshness(rate, target))
 
     @staticmethod
@@ -308,7 +337,7 @@ class Policy:
         gave (`job.found`: a changed page's, parsed; a 304 or an unchanged body gives none)
         over the time since its previous fetch. A first fetch tells nothing of what revisits
         will find (its links are all new)."""
-        state = prior.stats[CHANGE_BYTES:] if prior is not None else b""
+        state = prior.stats[CHANGE_BYTES:FOUND_END] if prior is not None else b""
         if prior is None or not prior.fetched_at:
             return state
         found = job.found if kind is Outcome.success else 0
@@ -456,12 +485,31 @@ def change_risk(rate: float, seconds: float) -> float:
     return -math.expm1(-rate * max(seconds, 0.0))
 
 
+def record_stats(change: bytes, found: bytes, interval: float) -> bytes:
+    """A schedule record's `stats`: the change estimator's state, the discovery state (zeros
+    for none: they read as nothing found) and the interval the page was scheduled at."""
+    found = found if len(found) == freshness.FOUND_BYTES else bytes(freshness.FOUND_BYTES)
+    return change.ljust(CHANGE_BYTES, b"\0")[:CHANGE_BYTES] + found + _INTERVAL.pack(interval)
+
+
 def interval_of(visit: Visit | None) -> float | None:
-    """The interval a page was last scheduled at (None: new to the schedule), for its site's
-    budget: the demand it counted (the time after which it may be fetched again)."""
-    if visit is None or not visit.fetched_at or visit.due <= visit.fetched_at:
+    """The interval a page was last scheduled at (None: new to the schedule, or an audit's
+    record, which names none), for its site's budget: the demand it counted (the time after
+    which it may be fetched again). A record from before the interval was kept says it by
+    its due time."""
+    if visit is None or not visit.fetched_at:
         return None
-    return visit.due - visit.fetched_at
+    if len(visit.stats) == RECORD_STATS_BYTES:
+        (kept,) = _INTERVAL.unpack_from(visit.stats, FOUND_END)
+        return float(kept) if kept > 0.0 else None
+    return visit.due - visit.fetched_at if visit.due > visit.fetched_at else None
+
+
+def made_early(visit: Visit) -> bool:
+    """Was the visit made due before its interval ran out (a feed's or a sitemap's date, an
+    operator's `--force`)? Its due time is then earlier than its interval says."""
+    kept = interval_of(visit)
+    return kept is not None and visit.due < visit.fetched_at + kept - 0.01
 
 
 def http_time(value: str | None) -> float | None:

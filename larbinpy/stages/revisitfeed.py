@@ -19,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Container
 from dataclasses import replace
 
 from larbinpy.clock import Clock
-from larbinpy.frontier.recrawl import POP_EVERY, Policy, Waiting
+from larbinpy.frontier.recrawl import POP_EVERY, Policy, Waiting, made_early
 from larbinpy.frontier.schedule import Schedule, Visit
 from larbinpy.frontier.sites import Sites
 from larbinpy.links.urls import site_key
@@ -79,13 +80,17 @@ class RevisitFeed:
             fifo = self.waiting.setdefault(key, [])
             keys[key] = None
             popped = (visit, self.policy.rate(visit.stats), self.policy.found(visit.stats))
-            if len(fifo) >= PER_SITE_MAX and visit.url not in self.audits:
-                # its site cannot take them all soon: the least urgent goes back, a bit later
-                # (not the one just popped: a front page due now must not wait behind the
-                # backlog of a site whose revisits always ask a little more than it serves)
-                back = self._least_urgent(fifo, popped, now)
-                later = now + max(self._spacing(key) * len(fifo), POP_EVERY)
-                self.schedule.put(replace(back[0], due=later))
+            if len(fifo) >= PER_SITE_MAX and not self._first(visit):
+                # its site cannot take them all soon: the least urgent goes back (not the one
+                # just popped: a front page due now must not wait behind the backlog of a
+                # site whose revisits always ask a little more than it serves), until its
+                # urgency reaches the least kept (a page popped in its slack, whose urgency
+                # rises fast, is back within a look or two), at most until the backlog
+                # could drain. Its record keeps its interval: only its due time moves.
+                back, least = self._least_urgent(fifo, popped, now)
+                drain = max(self._spacing(key) * len(fifo), POP_EVERY)
+                later = max(POP_EVERY, self.policy.urgent_in(back, least, now, drain))
+                self.schedule.put(replace(back[0], due=now + later))
                 continue
             fifo.append(popped)
             self.pending += 1
@@ -93,21 +98,25 @@ class RevisitFeed:
             self.feed(key)
         return len(visits)
 
-    def _least_urgent(self, fifo: list[Waiting], popped: Waiting, now: float) -> Waiting:
+    def _least_urgent(self, fifo: list[Waiting], popped: Waiting, now: float
+                      ) -> tuple[Waiting, float]:
         """The least urgent of a full site's waiting visits and the one just `popped`, which
-        takes its place if more urgent; audits stay."""
+        takes its place if more urgent (audits and visits made due early stay); with the
+        urgency of the least urgent one kept."""
         urgency = self.policy.urgency
-        worst, worst_value = -1, urgency(popped[0], popped[1], popped[2], now)
-        for i, (visit, rate, found) in enumerate(fifo):
-            if visit.url in self.audits:
-                continue
-            value = urgency(visit, rate, found, now)
-            if value < worst_value:
-                worst, worst_value = i, value
-        if worst < 0:
-            return popped
-        back, fifo[worst] = fifo[worst], popped
-        return back
+        values = [math.inf if self._first(v) else urgency(v, rate, found, now)
+                  for v, rate, found in fifo]
+        mine = urgency(popped[0], popped[1], popped[2], now)
+        worst = min(range(len(fifo)), key=values.__getitem__)
+        if values[worst] >= mine:
+            return popped, values[worst]
+        back, fifo[worst], values[worst] = fifo[worst], popped, mine
+        return back, min(values)
+
+    def _first(self, visit: Visit) -> bool:
+        """Does the visit go before any other of its site's: an audit of a 304, or a visit
+        made due early (`recrawl.made_early`)? Such a visit is never put back."""
+        return visit.url in self.audits or made_early(visit)
 
     def feed(self, key: str) -> None:
         """Give a site its next waiting revisit if it can take one now: no other job queued
