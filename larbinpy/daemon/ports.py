@@ -1,7 +1,8 @@
 """The built-in HTTP ports, on the crawler's own event loop (aiohttp.web).
 
 - `httpPort` (read-only): `GET /` the status page, `GET /status.json`, `GET /metrics`; the
-  per-site view `GET /sites` and `/sites.json` (the busiest and the most failing sites), `GET
+  per-site view `GET /sites` and `/sites.json` (the busiest and the most failing sites, also
+  in status.json's `sites_view`), `GET
   /sites/HOST` and `/sites/HOST.json` (one site's detail, 404 with the reason when the crawl
   holds no site of that host).
 - `inputPort` (write): `POST /urls` hands URLs to the input stage, JSON or larbin's text form.
@@ -281,8 +282,10 @@ class Ports:
         return web.Response(text=render_html(snapshot(self.source)), content_type="text/html")
 
     async def status_json(self, request: web.Request) -> web.Response:
-        """GET /status.json."""
-        return web.json_response(snapshot(self.source))
+        """GET /status.json: the status page's figures, and the per-site view's lists
+        (`sites_view`, as /sites.json)."""
+        return web.json_response({**snapshot(self.source),
+                                  "sites_view": self.source.sites_view()})
 
     async def metrics(self, request: web.Request) -> web.Response:
         """GET /metrics: Prometheus text format."""
