@@ -5,14 +5,19 @@ table."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
+import signal
 import time
 import tracemalloc
 
+import pytest
 from conftest import html, until
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_daemon import chromium, start_daemon, submit
+from test_daemon import wait_idle as wait_daemon_idle
 from test_ports import daemon, wait_idle
 from test_status_page import get_text
 
@@ -219,3 +224,46 @@ def test_the_boards_top_is_the_tables_top_or_it_says_it_cannot_tell(outcomes, fo
     else:
         assert [counts[s.key] for s in top] == truth
     assert len(board.board) <= 4 * 5
+
+
+async def dump_dom(browser: str, profile, url: str) -> str:
+    """The page's DOM after Chromium (headless) loaded it."""
+    dump = await asyncio.create_subprocess_exec(
+        browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", f"--user-data-dir={profile}", "--dump-dom", url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    dom, _ = await asyncio.wait_for(dump.communicate(), 60)
+    return dom.decode()
+
+
+@pytest.mark.browser
+async def test_the_sites_pages_in_a_real_browser(make_web):
+    """A daemon in its own process crawls a site with a 404: Chromium shows it in both
+    lists of /sites, linked, and its detail page lists its last outcomes."""
+    browser = chromium()
+    if browser is None:
+        pytest.skip("Chromium is not installed (.ci/run installs Debian's chromium)")
+    tw = await make_web([Site("d.test", "127.0.0.2", {
+        "/": html("/a.html", "/gone.html"), "/a.html": html(),
+        "/gone.html": Page("gone", status=404)})])
+    proc, port = await start_daemon(tw)
+    try:
+        await asyncio.to_thread(submit, port, tw.url("d.test"))
+        await wait_daemon_idle(port, 3)
+        sites = await dump_dom(browser, tw.tmp / "chrome", f"http://127.0.0.1:{port}/sites")
+        host = tw.url("d.test").split("//")[1].rstrip("/")
+        detail = await dump_dom(browser, tw.tmp / "chrome",
+                                f"http://127.0.0.1:{port}/sites/{host}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.communicate(), 30)
+    link = f'<a href="/sites/{host}">http://{host}</a>'
+    for table in ("busiest", "failing"):
+        rows = sites[sites.index(f'<table id="{table}">'):]
+        assert link in rows[:rows.index("</table>")]
+    assert "<td>err40X 1</td>" in sites
+    assert f"<h1>Site {host}</h1>" in detail
+    recent = detail[detail.index('<table class="recent">'):]
+    assert '<td>err40X</td><td>404</td><td class="url">/gone.html</td>' in recent
+    assert "<th>pages fetched</th><td>3</td>" in detail
