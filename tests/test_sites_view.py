@@ -93,6 +93,9 @@ async def test_sites_lists_the_busiest_and_the_failing_with_their_state(make_web
     assert f'<a href="/sites/{busy.split("//")[1]}">{busy}</a>' in busiest
     failing_html = page[page.index('<table id="failing">'):]
     assert "err40X 1, forbiddenRobots 1" in failing_html
+    # a robots.txt verdict holds a day (robotsTtl): its time has the date
+    held = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(failing["robots"]["until"]))
+    assert f'rules ({failing["robots"]["bytes"]} bytes) until {held}' in failing_html
     assert '<a href="/sites">sites</a>' in status_page
 
 

@@ -22,8 +22,13 @@ _COLUMNS = ("site", "state", "pages", "queued", "last outcome", "failures",
 
 
 def _when(t: float | None, passed: str = "now") -> str:
-    """A Unix time as HH:MM:SS UTC; `passed` when None (the time has passed)."""
-    return passed if t is None else time.strftime("%H:%M:%S", time.gmtime(t)) + " UTC"
+    """A Unix time as HH:MM:SS UTC, the date first when it is not today's (a robots.txt
+    verdict holds a day); `passed` when None (the time has passed)."""
+    if t is None:
+        return passed
+    when = time.gmtime(t)
+    today = time.gmtime()[:3] == when[:3]
+    return time.strftime("%H:%M:%S UTC" if today else "%Y-%m-%d %H:%M:%S UTC", when)
 
 
 def robots_text(r: dict[str, Any]) -> str:
