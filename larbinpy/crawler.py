@@ -282,7 +282,8 @@ class Crawler:
         )
 
     def sites_view(self) -> dict[str, Any]:
-        """The busiest and the most failing sites (`/sites`; walks the sites)."""
+        """The busiest and the most failing sites (`/sites`: the table's two boards, and one
+        walk of it for the sites backing off)."""
         return top_sites(self.sites)
 
     def site_view(self, host: str) -> list[dict[str, Any]]:

@@ -27,6 +27,10 @@ Order: the window serves the highest priority first, FIFO within a priority
 queue on disk behind them whatever their priority (so jobs of one priority never overtake each
 other), and priority orders them again only once they are back in the window.
 
+Each job's final outcome is added to its site's `SiteTally` (`tally`, an `Endings` subscriber),
+and the sites with the most pages fetched and the most failures are kept on two small boards
+(`leaders.Leaders`): the per-site view (`siteview.py`, `/sites`) reads them.
+
 In a cluster, a job may belong to a site another node owns: `enqueue` asks the `Forward` seam
 it was given first (the embedded crawl's `never_forward`, or `cluster.Cluster.forward`).
 """
