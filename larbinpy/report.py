@@ -9,7 +9,8 @@ whatever the log's size (a 10 GB log included):
 - each table is a frequent-items sketch (Apache DataSketches, a Misra-Gries summary) of at most
   0.75 x 2^lg counters (`LG_HOSTS` for the host tables, `LG_OTHERS` for the others): its counts
   are exact while the table has fewer distinct keys, else each is within a stated error
-  (at most 3.5 / 2^lg of the weight counted; the report says how much it is);
+  (at most 3.5 / 2^lg of the weight counted; the report says how much it is) and only the
+  keys that surely count more than it are shown;
 - the number of hosts is a HyperLogLog estimate (2^LG_DISTINCT registers, ~1.6% error);
 - keys are cut to MAX_KEY characters.
 
@@ -41,6 +42,7 @@ LG_DISTINCT = 12  # HyperLogLog registers for the number of hosts
 TOP = 20  # rows of each host table by default
 _FAILURES = frozenset(k.value for k in FAILURE_KINDS)
 _NO_FALSE_NEGATIVES = frequent_items_error_type.NO_FALSE_NEGATIVES
+_NO_FALSE_POSITIVES = frequent_items_error_type.NO_FALSE_POSITIVES
 
 
 class NotACrawlLog(Exception):
@@ -67,9 +69,11 @@ class Table:
 
     def rows(self, n: int | None = None, more: Table | None = None) -> list[dict[str, Any]]:
         """The keys with the largest first column, each with every column's estimate (and
-        those of the `more` table's columns it lacks)."""
+        those of the `more` table's columns it lacks): every key while the counts are exact,
+        else only those that surely count more than the error (a log of a million hosts of a
+        URL each has none to show)."""
         first = self.sketches[0]
-        keys = [item[0] for item in first.get_frequent_items(_NO_FALSE_NEGATIVES, 0)]
+        keys = [item[0] for item in first.get_frequent_items(_NO_FALSE_POSITIVES)]
         keys.sort(key=lambda k: (-first.get_estimate(k), k))
         rows = [{"key": k, **self.estimates(k)} for k in keys[:n]]
         if more is not None:
@@ -238,6 +242,8 @@ def _table(title: str, rows: list[dict[str, Any]], total: int, *tables: Table) -
     width = max([len(r["key"]) for r in rows] + [4])
     out = [f"{title} ({exact})",
            f"  {'':<{width}}  " + "  ".join(f"{c:>13}" for c in columns) + "   share"]
+    if not rows and total:
+        out.append("  (none counts more than the error: no key stands out)")
     for r in rows:
         share = r[columns[0]] / total if total else 0.0
         out.append(f"  {r['key']:<{width}}  " + "  ".join(f"{r[c]:>13,}" for c in columns)
