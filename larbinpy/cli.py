@@ -141,10 +141,11 @@ def hash_set_report(bits: int, functions: int, seen_set: str = "bitmap") -> str:
     return "\n".join(lines)
 
 
-SUBCOMMANDS = ("submit", "check-config", "bench")
+SUBCOMMANDS = ("submit", "check-config", "bench", "report")
 USAGE = ("larbinpy [-h] [--version] [-c CONFIG] [--scratch] [--http-port N] [--input-port N]"
          " [-v] [-q]\n"
-         "       larbinpy [-c CONFIG] [-v] [-q] {submit,check-config,bench} ...")
+         "       larbinpy [-c CONFIG] [-v] [-q] {submit,check-config,bench} ...\n"
+         "       larbinpy report CRAWL_LOG [--top N] [--json]")
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -187,7 +188,8 @@ def crawl_parser() -> argparse.ArgumentParser:
         prog="larbinpy", usage=USAGE, formatter_class=_HelpFormatter,
         description="larbin's crawler on one asyncio loop. Without a subcommand it crawls (a "
         "daemon unless exitAtEnd). Subcommands: submit (send URLs to a running crawler), "
-        "check-config (validate and print a larbin.conf), bench (benchmarks); "
+        "check-config (validate and print a larbin.conf), bench (benchmarks), report (sum up a "
+        "crawl log); "
         "see `larbinpy SUBCOMMAND -h`.",
     )
     p.add_argument("--version", action="version", version=f"larbinpy {__version__}")
@@ -253,6 +255,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             from larbinpy.bench.measure import main as bench_main
 
             return bench_main(rest)
+        if command == "report":
+            if problem := missing_extra("larbinpy report", "datasketches", "report"):
+                print(problem, file=sys.stderr)
+                return 1
+            from larbinpy.report import main as report_main
+
+            return report_main(rest)
         top.config = top.config or "larbin.conf"
         return cmd_crawl(top)
     except (ConfigError, StateError) as exc:

@@ -40,6 +40,7 @@ from larbinpy.frontier.robotsdb import FileVerdicts
 from larbinpy.frontier.seen import BitmapSeenSet, open_seen_set
 from larbinpy.frontier.sitedb import SiteRecords
 from larbinpy.frontier.sites import Sites
+from larbinpy.frontier.siteview import site_detail, top_sites
 from larbinpy.frontier.state import StateDir, saved_meta
 from larbinpy.links.urls import DEFAULT_STRIP_PARAMS, Normalizer
 from larbinpy.net.docmemory import DocumentMemory
@@ -180,6 +181,7 @@ class Crawler:
         done-record last, so a job is done once everything else knows it."""
         self.endings.subscribe(self.recrawl.ended)
         self.endings.subscribe(self.failures.ended)
+        self.endings.subscribe(self.sites.tally)  # the per-site view's tallies
         if self.crawl_log is not None:
             self.endings.subscribe(self.crawl_log.ended)
         self.endings.subscribe(self.done.ended)
@@ -278,6 +280,15 @@ class Crawler:
             failures=self.failures.lines(),
             recrawl=self.recrawl.figures(),
         )
+
+    def sites_view(self) -> dict[str, Any]:
+        """The busiest and the most failing sites (`/sites`: the table's two boards, and one
+        walk of it for the sites backing off)."""
+        return top_sites(self.sites)
+
+    def site_view(self, host: str) -> list[dict[str, Any]]:
+        """The sites of one host[:port], with their last outcomes (`/sites/HOST`)."""
+        return site_detail(self.sites, host)
 
     # --- run ---
 

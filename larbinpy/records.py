@@ -3,19 +3,22 @@
 A `Job` goes input -> priority FIFO -> its site's queue -> a fetch. A `Site` is one record per
 scheme+host+port (larbin's NamedSite): its queue, DNS/robots state and politeness clock. An
 `IpSlot` is the politeness clock shared by every site on one IP address (larbin's IPSite).
-A `Page` is what the reader hands to the outputs.
+A `Page` is what the reader hands to the outputs. A `SiteTally` is what a site's final outcomes
+add up to, for the status page's per-site view (`/sites`).
 """
 
 from __future__ import annotations
 
 import enum
+import struct
+from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from larbinpy.clock import Timer
-from larbinpy.stats import Outcome
+from larbinpy.stats import FAILURE_KINDS, Outcome
 
 
 class JobKind(enum.IntEnum):
@@ -173,6 +176,96 @@ class Site:
     # its row on disk keeps (frontier/sitedb.py) so a site brought back within the TTL asks
     # no DNS again
     dns: tuple[float, list[str]] | None = None
+    # its final outcomes added up, for the per-site view (made at its first outcome)
+    tally: SiteTally | None = None
+
+
+KINDS = tuple(Outcome)  # an outcome kind's number in a tally's ring
+_KIND_NUMBER = {kind: i for i, kind in enumerate(KINDS)}
+# a ring entry: Unix time (s), the kind's number, HTTP status (0: none), length of the path
+_ENTRY = struct.Struct("<IBHB")
+RING_KEPT = 10  # last outcomes a site keeps
+RING_PATH = 80  # bytes of a URL's path and query kept in the ring (the crawl log has all)
+
+
+@dataclass(frozen=True, slots=True)
+class Recent:
+    """One of a site's last outcomes, as its tally's ring gives it back."""
+
+    t: int  # Unix time, seconds
+    kind: Outcome
+    status: int | None
+    path: str  # the URL's path and query, cut to RING_PATH bytes ("..." at the end if cut)
+
+
+class SiteTally:
+    """A site's final outcomes added up, in few bytes: the HTTP answers, the failures
+    (`FAILURE_KINDS`), the count of each kind other than success (pairs of numbers in an
+    array, made at the first: a dict would cost 224 bytes) and its last RING_KEPT outcomes
+    packed in one bytes object (`_ENTRY` and the path's bytes, each, oldest first)."""
+
+    __slots__ = ("answered", "failed", "kind_counts", "ring", "in_ring")
+
+    def __init__(self) -> None:
+        self.answered = 0  # outcomes with an HTTP status: pages fetched
+        self.failed = 0  # outcomes in FAILURE_KINDS
+        self.kind_counts: array[int] | None = None  # kind number, count, kind number, ...
+        self.ring = b""
+        self.in_ring = 0
+
+    def add(self, t: float, kind: Outcome, status: int | None, path: str) -> None:
+        """One final outcome at Unix time `t` of a URL of the site (`path`: its path and
+        query)."""
+        number = _KIND_NUMBER[kind]
+        if status is not None:
+            self.answered += 1
+        if kind is not Outcome.success:
+            if kind in FAILURE_KINDS:
+                self.failed += 1
+            self._count(number)
+        raw = path.encode("utf-8", "surrogateescape")
+        if len(raw) > RING_PATH:
+            raw = raw[:RING_PATH - 3] + b"..."
+        entry = _ENTRY.pack(int(t) & 0xFFFFFFFF, number,
+                            status if status is not None and 0 < status < 65536 else 0,
+                            len(raw)) + raw
+        ring = self.ring
+        if self.in_ring == RING_KEPT:  # the oldest goes: its size is in its header
+            ring = ring[_ENTRY.size + ring[_ENTRY.size - 1]:]
+        else:
+            self.in_ring += 1
+        # a new bytes object of the exact size (a bytearray cut at its front keeps the room)
+        self.ring = ring + entry
+
+    def _count(self, number: int) -> None:
+        """One more outcome of the kind of this number."""
+        counts = self.kind_counts
+        if counts is None:
+            self.kind_counts = array("I", (number, 1))
+            return
+        for i in range(0, len(counts), 2):
+            if counts[i] == number:
+                counts[i + 1] += 1
+                return
+        counts.extend((number, 1))
+
+    @property
+    def kinds(self) -> dict[Outcome, int]:
+        """The count of each kind other than success."""
+        counts = self.kind_counts or ()
+        return {KINDS[counts[i]]: counts[i + 1] for i in range(0, len(counts), 2)}
+
+    def recent(self) -> list[Recent]:
+        """The last outcomes, newest first."""
+        out, ring, at = [], self.ring, 0
+        while at < len(ring):
+            t, kind, status, size = _ENTRY.unpack_from(ring, at)
+            at += _ENTRY.size
+            path = ring[at:at + size].decode("utf-8", "surrogateescape")
+            at += size
+            out.append(Recent(t, KINDS[kind], status or None, path))
+        out.reverse()
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,10 @@ FETCH_ERRORS = frozenset({
     Outcome.earlyStop, Outcome.tooBig, Outcome.badEncoding, Outcome.err40X, Outcome.err50X,
     Outcome.tooManyRedirects,
 })
+# the final outcomes the status page and the per-site view list as failures: the fetch
+# failures and the refusals of a URL the crawl wanted that the operator may have to act on
+# (robots.txt, the network policy); rules the operator set (scope, depth, seen) are not failures
+FAILURE_KINDS = FETCH_ERRORS | {Outcome.forbiddenRobots, Outcome.deniedNetwork}
 
 
 class Stats:

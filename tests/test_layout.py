@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("frontier", "net"),  # queues and seen-set; the HTTP clients and body reading
     # daemon: the ports, status and progress read the crawl through daemon.status's
     # StatusSource, so it sits below stages and crawler and may import neither
-    ("outputs", "daemon"),
+    ("outputs", "daemon", "report"),
     ("stages",),  # the pipeline stages
     ("node",),  # the seams as one object: the embedded node (a cluster's implements it too)
     ("cluster",),  # Redis scale-out, hooked into the stages by the crawler

@@ -136,7 +136,7 @@ STATUS_FIELDS = [
     "queued_per_priority", "queued_in_sites", "sites", "connections_open", "dns_queries",
     "robots_fetches", "robots_refusals", "links_dropped", "output_errors", "resource_waits",
     "outputs", "outcomes", "errors", "history", "tls_verify", "proxy", "idle", "cluster",
-    "stopping", "waiting_for", "seen_set", "recent_failures", "recrawl",
+    "stopping", "waiting_for", "seen_set", "recent_failures", "recrawl", "sites_view",
 ]
 METRIC_FAMILIES = [
     "larbinpy_pages", "larbinpy_body_bytes", "larbinpy_urls_seen", "larbinpy_dns_queries",

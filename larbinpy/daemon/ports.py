@@ -1,6 +1,10 @@
 """The built-in HTTP ports, on the crawler's own event loop (aiohttp.web).
 
-- `httpPort` (read-only): `GET /` the status page, `GET /status.json`, `GET /metrics`.
+- `httpPort` (read-only): `GET /` the status page, `GET /status.json`, `GET /metrics`; the
+  per-site view `GET /sites` and `/sites.json` (the busiest and the most failing sites, also
+  in status.json's `sites_view`), `GET
+  /sites/HOST` and `/sites/HOST.json` (one site's detail, 404 with the reason when the crawl
+  holds no site of that host).
 - `inputPort` (write): `POST /urls` hands URLs to the input stage, JSON or larbin's text form.
 They may share one port. Bad requests get a 4xx with a reason and queue nothing. The ports see
 the crawl only through `status.StatusSource` and the `SubmitUrls` callable the crawler hands them.
@@ -32,6 +36,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from larbinpy.config import Config
+from larbinpy.daemon.sitespage import render_site, render_sites
 from larbinpy.daemon.status import StatusSource, snapshot
 from larbinpy.daemon.statuspage import metrics_text, render_html
 from larbinpy.net.policy import NetworkPolicy
@@ -238,6 +243,9 @@ class Ports:
             app.router.add_get("/", self.page)
             app.router.add_get("/status.json", self.status_json)
             app.router.add_get("/metrics", self.metrics)
+            app.router.add_get("/sites", self.sites)
+            app.router.add_get("/sites.json", self.sites_json)
+            app.router.add_get("/sites/{host}", self.site)
         if submit:
             app.router.add_post("/urls", self.submit)
         # aiohttp arms its keep-alive timer at connect too: a silent or half-sent head is closed
@@ -274,13 +282,41 @@ class Ports:
         return web.Response(text=render_html(snapshot(self.source)), content_type="text/html")
 
     async def status_json(self, request: web.Request) -> web.Response:
-        """GET /status.json."""
-        return web.json_response(snapshot(self.source))
+        """GET /status.json: the status page's figures, and the per-site view's lists
+        (`sites_view`, as /sites.json)."""
+        return web.json_response({**snapshot(self.source),
+                                  "sites_view": self.source.sites_view()})
 
     async def metrics(self, request: web.Request) -> web.Response:
         """GET /metrics: Prometheus text format."""
         body, ctype = metrics_text(snapshot(self.source))
         return web.Response(body=body, headers={"Content-Type": ctype})
+
+    async def sites(self, request: web.Request) -> web.Response:
+        """GET /sites: the busiest and the most failing sites."""
+        return web.Response(text=render_sites(self.source.sites_view()),
+                            content_type="text/html")
+
+    async def sites_json(self, request: web.Request) -> web.Response:
+        """GET /sites.json."""
+        return web.json_response(self.source.sites_view())
+
+    async def site(self, request: web.Request) -> web.Response:
+        """GET /sites/HOST (HTML) or /sites/HOST.json: the sites of host[:port]; 404 with
+        the reason when the crawl holds none."""
+        host = request.match_info["host"]
+        as_json = host.endswith(".json")
+        host = host.removesuffix(".json") if as_json else host
+        found = self.source.site_view(host)
+        if not found:
+            reason = (f"no site {host} in this crawl's site table (it holds the sites with "
+                      "work and the most recently idle; the crawl log has every URL)")
+            if as_json:
+                return web.json_response({"error": reason}, status=404)
+            return web.Response(text=reason + "\n", status=404)
+        if as_json:
+            return web.json_response(found)
+        return web.Response(text=render_site(host, found), content_type="text/html")
 
     async def submit(self, request: web.Request) -> web.Response:
         """POST /urls: hand URLs to the input stage; 202 with what was accepted."""

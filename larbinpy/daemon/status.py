@@ -13,12 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from larbinpy.frontier.endings import Ended
-from larbinpy.stats import FETCH_ERRORS, Outcome, Stats
+from larbinpy.stats import FAILURE_KINDS, Outcome, Stats
 
-# the final outcomes the status page lists as failures: the fetch failures (`errors`) and the
-# refusals of a URL the crawl wanted that the operator may have to act on (robots.txt, the
-# network policy); rules the operator set (scope, depth, seen) are not failures
-FAILURE_KINDS = FETCH_ERRORS | {Outcome.forbiddenRobots, Outcome.deniedNetwork}
 FAILURES_KEPT = 20
 
 
@@ -89,6 +85,16 @@ class StatusSource(Protocol):
 
     def figures(self) -> Figures:
         """Every figure, now."""
+        ...
+
+    def sites_view(self) -> dict[str, Any]:
+        """The per-site view (`frontier/siteview.top_sites`): the busiest and the most failing
+        sites."""
+        ...
+
+    def site_view(self, host: str) -> list[dict[str, Any]]:
+        """The sites of one host[:port] with their last outcomes (`siteview.site_detail`);
+        empty when the crawl holds none."""
         ...
 
 

@@ -193,7 +193,8 @@ politeness timer or their IP's turn.</p>
 <h2>Queued per priority</h2><table id="queues">{_rows(queues)}</table>
 <h2>Fetch outcomes</h2><table id="outcomes">{_rows(outcomes)}</table>
 <p>{counted(zero, "kind")} at zero not shown.</p>
-<p>Also: <a href="/status.json">status.json</a>, <a href="/metrics">metrics</a>.</p>
+<p>Also: <a href="/sites">sites</a> (the busiest and the most failing),
+<a href="/status.json">status.json</a>, <a href="/metrics">metrics</a>.</p>
 </body></html>
 """
 

@@ -8,8 +8,9 @@ dead site's queue, a job for a dead site). Each calls `Endings.end` once for it,
 
 1. the recrawl (`stages/revisits.py`): schedules the page again and sets `Ended.due`;
 2. the status page's last failures (`daemon/status.py`);
-3. the crawl log (`crawlLog`), whose line says `next`: the due time just set;
-4. the done-record, last: a job is done once everything else knows it.
+3. the site's tally, for the per-site view (`Sites.tally`);
+4. the crawl log (`crawlLog`), whose line says `next`: the due time just set;
+5. the done-record, last: a job is done once everything else knows it.
 
 A job the done-record says finished before a crash (replayed from the checkpoint or the FIFOs)
 ends once more without an event: its line was written then.

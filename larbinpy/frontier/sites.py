@@ -27,6 +27,10 @@ Order: the window serves the highest priority first, FIFO within a priority
 queue on disk behind them whatever their priority (so jobs of one priority never overtake each
 other), and priority orders them again only once they are back in the window.
 
+Each job's final outcome is added to its site's `SiteTally` (`tally`, an `Endings` subscriber),
+and the sites with the most pages fetched and the most failures are kept on two small boards
+(`leaders.Leaders`): the per-site view (`siteview.py`, `/sites`) reads them.
+
 In a cluster, a job may belong to a site another node owns: `enqueue` asks the `Forward` seam
 it was given first (the embedded crawl's `never_forward`, or `cluster.Cluster.forward`).
 """
@@ -41,11 +45,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from larbinpy.clock import Clock, LoopClock
 from larbinpy.frontier.diskqueue import SiteSpill
-from larbinpy.frontier.endings import Endings
+from larbinpy.frontier.endings import Ended, Endings
+from larbinpy.frontier.leaders import TOP_SHOWN, Leaders
 from larbinpy.frontier.sitedb import SiteRecord, SiteRecords
-from larbinpy.links.urls import host_of, site_key
-from larbinpy.records import IpSlot, Job, Site, SiteState
-from larbinpy.stats import Outcome, Stats, counted
+from larbinpy.links.urls import host_of, path_of, site_key
+from larbinpy.records import IpSlot, Job, Site, SiteState, SiteTally
+from larbinpy.stats import FAILURE_KINDS, Outcome, Stats, counted
 
 if TYPE_CHECKING:  # (loaded with `recrawl on` only)
     from larbinpy.frontier.recrawl import SiteRecrawl
@@ -57,6 +62,16 @@ MIN_WINDOW = 8  # ... and at least, however many sites share MEMORY_JOBS
 MEMORY_JOBS = 50_000  # jobs of all sites kept in memory (beyond it only MIN_WINDOW a site)
 MAX_IDLE_SITES = 10_000  # idle site records kept in memory (the rest: sitedb, robotsdb)
 DROP_BATCH = 10_000  # spilled jobs read back at a time when a site's queue is dropped
+
+
+def pages_fetched(site: Site) -> int:
+    """The site's outcomes with an HTTP answer (the per-site view's "busiest")."""
+    return site.tally.answered if site.tally is not None else 0
+
+
+def failures(site: Site) -> int:
+    """The site's outcomes in FAILURE_KINDS (the per-site view's "most failing")."""
+    return site.tally.failed if site.tally is not None else 0
 
 
 class Forward(Protocol):
@@ -102,6 +117,9 @@ class Sites:
         # recrawl: each site's state while the site is in the table (recrawldb keeps it too)
         self.recrawl_states: dict[str, SiteRecrawl] = {}
         self.forward = forward
+        # the per-site view's lists: the sites with the most pages fetched, the most failures
+        self.busiest = Leaders(TOP_SHOWN, pages_fetched)
+        self.failing = Leaders(TOP_SHOWN, failures)
         # the stages downstream (DNS, the opener) need this table first: see `connect`
         self.on_new_site: Callable[[Site], None] = lambda site: None
         self.on_job: Callable[[Site], None] = lambda site: None
@@ -191,6 +209,22 @@ class Sites:
         site.queue.appendleft(job)
         self.queued += 1
         self.in_memory += 1
+
+    def tally(self, e: Ended) -> None:
+        """A job's final outcome (an `Endings` subscriber): added to its site's tally, the
+        per-site view's (a site forgotten since keeps none)."""
+        url = e.job.url
+        site = self.by_key.get(site_key(url))
+        if site is None:
+            return
+        tally = site.tally
+        if tally is None:
+            tally = site.tally = SiteTally()
+        tally.add(time.time(), e.kind, e.status, path_of(url))
+        if e.status is not None:
+            self.busiest.offer(site, tally.answered)
+        if tally.failed and e.kind in FAILURE_KINDS:
+            self.failing.offer(site, tally.failed)
 
     def has_work(self, site: Site) -> bool:
         """Does the site have jobs waiting (in memory or spilled)?"""
