@@ -25,7 +25,7 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
@@ -245,23 +245,35 @@ class Sorter:
 
     def __init__(self) -> None:
         self.pool: ThreadPoolExecutor | None = None
-        self.pending: list[Future[None]] = []
-        self.failed = 0
+        self.failed = 0  # indexes that could not be written (logged)
 
     def submit(self, warc: Path, index: WarcIndex) -> None:
         """Sort `index`'s side file into the index of `warc` (or read `warc` if it is
         broken)."""
         side = index.finish()
+        if index.broken:  # the lines written are not all: read the file instead
+            with contextlib.suppress(OSError):
+                side.unlink()
+            self.index(warc)
+        else:
+            self._run(self._make, warc, side)
+
+    def index(self, warc: Path) -> None:
+        """Index a closed WARC file by reading it (it has no side file)."""
+        self._run(self._make, warc, None)
+
+    def _run(self, *job: Any) -> None:
+        """A job for the worker thread, started at the first."""
         if self.pool is None:
             self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdxj")
-        self.pending = [f for f in self.pending if not f.done()]
-        self.pending.append(self.pool.submit(self._make, warc, side, index.broken))
+        self.pool.submit(*job)
 
-    def _make(self, warc: Path, side: Path, broken: bool) -> None:
-        """In the worker: the index of `warc`; a failure is logged, never raised."""
+    def _make(self, warc: Path, side: Path | None) -> None:
+        """In the worker: the index of `warc`, from its side file or (None) by reading it; a
+        failure is logged, never raised."""
         target = index_name(warc)
         try:
-            if broken:
+            if side is None:
                 write_index(target, lambda f: index_warc(warc, f))
             else:
                 write_index(target, lambda f: sort_lines(read_lines(side), f,
@@ -270,12 +282,12 @@ class Sorter:
             self.failed += 1
             log.error("could not write the CDXJ index %s: %s", target, exc)
         finally:
-            with contextlib.suppress(OSError):
-                side.unlink()
+            if side is not None:
+                with contextlib.suppress(OSError):
+                    side.unlink()
 
     def wait(self) -> None:
         """Let every submitted index be written (at close), then stop the worker."""
         if self.pool is not None:
             self.pool.shutdown(wait=True)
             self.pool = None
-        self.pending = []

@@ -56,7 +56,7 @@ except ImportError:  # pragma: no cover - a dependency; the standard zlib writes
 from larbinpy import __version__
 from larbinpy.config import Config, describe
 from larbinpy.outputs import Archive
-from larbinpy.outputs.cdxj import Entry, Sorter, WarcIndex, parse_http
+from larbinpy.outputs.cdxj import Entry, Sorter, WarcIndex, index_name, parse_http
 from larbinpy.outputs.files import AppendFile, Unsynced
 from larbinpy.records import Page
 
@@ -358,7 +358,17 @@ class WarcOutput(Archive):
         if leftovers:
             log.warning("unfinished WARC files from an earlier run left as they are: %s",
                         ", ".join(sorted(leftovers)))
+        self._index_unindexed(pattern)
         return max(serials, default=-1)
+
+    def _index_unindexed(self, pattern: re.Pattern[str]) -> None:
+        """Closed files of this prefix without their index (an earlier run was killed between
+        a file's close and its index, or predates indexes) are indexed by reading them."""
+        for path in sorted(self.root.iterdir()):
+            if pattern.match(path.name) and not path.name.endswith(".open") \
+                    and not index_name(path).exists():
+                log.warning("WARC file %s has no CDXJ index: indexing it", path.name)
+                self.sorter.index(path)
 
     def _finish(self) -> None:
         """Close the current file, give it its final name and have its index sorted."""
