@@ -24,6 +24,7 @@ import heapq
 import json
 import logging
 import os
+import re
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import IO, Any
 
-from cdxj_indexer.main import CDXJIndexer
+import surt
 from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
 from warcio.timeutils import iso_date_to_timestamp
 
@@ -39,6 +40,9 @@ log = logging.getLogger("larbinpy.outputs")
 
 SORT_CHUNK = 4 << 20  # bytes of lines sorted in memory at once (~10 ms of the GIL each)
 INDEX_SUFFIX = ".cdxj"
+# cdxj-indexer's CDXJIndexer.RE_SPACE: a media type ends at a `;` or a space. (cdxj_indexer
+# itself is imported only to read a file: it brings multipart and py3amf, ~8 MB of a crawl's RSS)
+MEDIA_TYPE_END = re.compile(r"[;\s]")
 # what warcio's reader takes for an HTTP status line (cdxj-indexer does not verify it)
 HTTP_PARSER = StatusAndHeadersParser(["HTTP/1.0", "HTTP/1.1"], verify=False)
 
@@ -54,7 +58,10 @@ def index_name(warc: Path) -> Path:
 
 def surt_key(url: str) -> str:
     """The SURT sort key of a URL, as cdxj-indexer makes it (the URL itself if surt fails)."""
-    key: str = CDXJIndexer.get_url_key(None, url)
+    try:
+        key: str = surt.surt(url)
+    except Exception:  # noqa: BLE001 - cdxj-indexer falls back to the URL on any error
+        return url
     return key
 
 
@@ -101,7 +108,7 @@ class Entry:
             return "warc/revisit"
         value = self.http.get_header("content-type") if self.http else None
         if value:
-            value = CDXJIndexer.RE_SPACE.split(value, 1)[0].strip()
+            value = MEDIA_TYPE_END.split(value, 1)[0].strip()
         return value
 
     def line(self, offset: int, filename: str) -> str:
@@ -210,6 +217,8 @@ def _write_unique(lines: Iterable[str], out: IO[str]) -> int:
 
 def index_warc(warc: Path, out: IO[str]) -> None:
     """Index a WARC file by reading it, with cdxj-indexer (sorted, its default fields)."""
+    from cdxj_indexer.main import CDXJIndexer
+
     CDXJIndexer(out, [str(warc)], sort=True).process_all()
 
 
