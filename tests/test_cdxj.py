@@ -3,9 +3,11 @@ pywb replays a crawl from it (no indexing of its own)."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hashlib
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -172,3 +174,22 @@ async def test_pywb_replays_the_crawl_from_larbinpys_own_index(make_web):
             assert status == 200 and capture.status == "200", url
             assert body in (want, gzip.decompress(want) if path == "/zipped.html" else want)
         assert pywb.replay_all(tw.url("w.test", "/missing.html"))[0][0].status == "404"
+
+
+async def test_sigterm_closes_the_last_file_with_its_index(make_web):
+    from test_daemon import start_daemon, submit, wait_idle
+
+    tw = await make_web(archive_web())
+    proc, port = await start_daemon(tw, "output warc\n")
+    try:
+        await asyncio.to_thread(submit, port, tw.url("w.test"))
+        await wait_idle(port, 8)
+        assert list((tw.tmp / "save").glob("*.warc.gz.open"))  # the daemon's file is open
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0
+    files = warc_files(tw.tmp)
+    assert len(files) == 1
+    check(files)
+    assert_indexes_match(files)
