@@ -6,7 +6,7 @@ Each `response` or `revisit` record gives one line: its SURT key, its 14-digit t
 JSON object of `url`, `mime`, `status`, `digest`, `length`, `offset` and `filename`, in that
 order, each field only when cdxj-indexer would write it (a 304's revisit without HTTP headers
 has no status). The WARC writer knows each record's offset and gzip member's length when it
-appends it, so `WarcIndex.add` makes the line then (a SURT key and a JSON dump: ~20 µs) and
+appends it, so `WarcIndex.add` makes the line then (a SURT key, a JSON dump: ~40 µs) and
 appends it to an unsorted side file `NAME.cdxj.open`. When the WARC file is closed the side file
 is sorted into `NAME.cdxj` beside `NAME.warc.gz` in a worker thread (`Sorter`): an external
 merge sort in chunks of `SORT_CHUNK` bytes, so memory stays bounded whatever the file's size
