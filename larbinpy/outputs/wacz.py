@@ -29,11 +29,11 @@ import codecs
 import contextlib
 import hashlib
 import heapq
-import io
 import json
 import logging
 import os
 import re
+import tempfile
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -73,22 +73,19 @@ class Packed:
     indexed_by_reading: list[str] = field(default_factory=list)  # WARCs without their index
 
 
-class Hashing(io.RawIOBase):
-    """A writable stream that passes bytes on and keeps their sha256 and count."""
+class Hashing:
+    """Writes bytes on and keeps their sha256 and count."""
 
     def __init__(self, out: IO[bytes]) -> None:
         self.out = out
         self.sha = hashlib.sha256()
         self.size = 0
 
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: bytes) -> int:  # type: ignore[override]  # bytes in, as io wants
+    def write(self, data: bytes) -> None:
+        """Pass `data` on, counted and hashed."""
         self.out.write(data)
         self.sha.update(data)
         self.size += len(data)
-        return len(data)
 
     def resource(self, path: str) -> dict[str, object]:
         """Its entry of datapackage.json's resources."""
@@ -118,15 +115,18 @@ def pack(folder: Path, target: Path, title: str | None = None) -> Packed:
     packed = Packed()
     tmp = target.with_name(target.name + ".tmp")
     try:
-        with zipfile.ZipFile(tmp, "w", allowZip64=True) as zf:
-            resources = _pack_into(zf, warcs, packed)
+        # the pages and the index are made in a scratch folder beside the target first: an
+        # entry streamed into the ZIP at an unknown size would need ZIP64 headers, which
+        # ReplayWeb.page (wabac.js) misreads on small entries
+        with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as work, \
+                zipfile.ZipFile(tmp, "w", allowZip64=True) as zf:
+            resources = _pack_into(zf, warcs, Path(work), packed)
             package = datapackage(resources, title or f"larbinpy crawl of {folder.name}")
             package_bytes = json.dumps(package, indent=2).encode()
-            zf.writestr(_entry("datapackage.json", deflate=True), package_bytes)
+            zf.writestr(_entry("datapackage.json"), package_bytes)
             digest = {"path": "datapackage.json",
                       "hash": f"sha256:{hashlib.sha256(package_bytes).hexdigest()}"}
-            zf.writestr(_entry("datapackage-digest.json", deflate=True),
-                        json.dumps(digest, indent=2).encode())
+            zf.writestr(_entry("datapackage-digest.json"), json.dumps(digest, indent=2).encode())
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -135,70 +135,63 @@ def pack(folder: Path, target: Path, title: str | None = None) -> Packed:
     return packed
 
 
-def _pack_into(zf: zipfile.ZipFile, warcs: list[Path], packed: Packed) -> list[dict[str, object]]:
-    """The WARC files, the pages and the index into `zf`; their resources."""
+def _pack_into(zf: zipfile.ZipFile, warcs: list[Path], work: Path,
+               packed: Packed) -> list[dict[str, object]]:
+    """The WARC files, the pages and the index into `zf` (`work`: a scratch folder); their
+    resources."""
     resources = []
     indexes = []
-    with contextlib.ExitStack() as stack:
-        for warc in warcs:
-            resources.append(_copy(zf, warc, f"archive/{warc.name}"))
-            packed.warcs.append(warc.name)
-            packed.warc_bytes += warc.stat().st_size
-            index = index_name(warc)
-            if not index.is_file():
-                log.warning("%s has no index beside it: indexing it by reading it", warc.name)
-                packed.indexed_by_reading.append(warc.name)
-                made = stack.enter_context(_scratch_index(warc))
-                index = made
-            indexes.append((warc, index))
-        resources.append(_pages(zf, indexes, packed))
-        resources += _merged_index(zf, [i for _, i in indexes], packed)
+    for warc in warcs:
+        resources.append(_copy(zf, warc, f"archive/{warc.name}"))
+        packed.warcs.append(warc.name)
+        packed.warc_bytes += warc.stat().st_size
+        index = index_name(warc)
+        if not index.is_file():
+            log.warning("%s has no index beside it: indexing it by reading it", warc.name)
+            packed.indexed_by_reading.append(warc.name)
+            index = work / f"{warc.name}.cdxj"
+            with open(index, "w", encoding="utf-8") as f:
+                index_warc(warc, f)
+        indexes.append((warc, index))
+    pages = work / "pages.jsonl"
+    write_pages(pages, indexes, packed)
+    resources.append(_copy(zf, pages, "pages/pages.jsonl", deflate=True))
+    data, idx = work / "index.cdx.gz", work / "index.idx"
+    merge_indexes(data, idx, [i for _, i in indexes], packed)
+    resources.append(_copy(zf, data, "indexes/index.cdx.gz"))
+    resources.append(_copy(zf, idx, "indexes/index.idx", deflate=True))
     return resources
 
 
-@contextlib.contextmanager
-def _scratch_index(warc: Path) -> Iterator[Path]:
-    """The index of a WARC file made by reading it, in a temporary file removed afterwards."""
-    import tempfile
-
-    fd, name = tempfile.mkstemp(suffix=".cdxj")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            index_warc(warc, f)
-        yield Path(name)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(name)
-
-
-def _entry(path: str, deflate: bool = False) -> zipfile.ZipInfo:
-    """A ZIP entry dated now, compressed or stored."""
+def _entry(path: str) -> zipfile.ZipInfo:
+    """A small ZIP entry dated now, compressed."""
     info = zipfile.ZipInfo(path, datetime.now(UTC).timetuple()[:6])
-    info.compress_type = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
+    info.compress_type = zipfile.ZIP_DEFLATED
     return info
 
 
-def _copy(zf: zipfile.ZipFile, source: Path, path: str) -> dict[str, object]:
-    """A file into the ZIP, stored (WARC files are gzip already), hashed on the way."""
+def _copy(zf: zipfile.ZipFile, source: Path, path: str, deflate: bool = False
+          ) -> dict[str, object]:
+    """A file into the ZIP, hashed on the way; stored unless `deflate` (WARC files and the
+    gzipped index are read by offset). Its size is known up front, so ZIP64 headers are
+    written only for an entry that needs them (over 2 GiB)."""
     info = zipfile.ZipInfo.from_file(source, path)
-    info.compress_type = zipfile.ZIP_STORED
-    with open(source, "rb") as src, zf.open(info, "w", force_zip64=True) as dst:
+    info.compress_type = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
+    with open(source, "rb") as src, zf.open(info, "w") as dst:
         out = Hashing(dst)
         while chunk := src.read(COPY_CHUNK):
             out.write(chunk)
     return out.resource(path)
 
 
-def _merged_index(zf: zipfile.ZipFile, indexes: list[Path],
-                  packed: Packed) -> list[dict[str, object]]:
-    """The per-file indexes merged (each is sorted) into `indexes/index.cdx.gz`, and the
-    `indexes/index.idx` that finds its blocks."""
-    idx = io.StringIO()  # one line a block of INDEX_BLOCK lines: small
-    with contextlib.ExitStack() as stack, \
-            zf.open(_entry("indexes/index.cdx.gz"), "w", force_zip64=True) as data:
+def merge_indexes(data: Path, idx: Path, indexes: list[Path], packed: Packed) -> None:
+    """The per-file indexes merged (each is sorted) into `data` (gzip blocks of INDEX_BLOCK
+    lines) and `idx`, the index of the blocks (cdxj-indexer's compressed form)."""
+    with contextlib.ExitStack() as stack:
         files = [stack.enter_context(open(i, encoding="utf-8")) for i in indexes]
-        out = Hashing(data)
-        writer = CompressedWriter(idx, data_out=out, num_lines=INDEX_BLOCK,
+        out = stack.enter_context(open(data, "wb"))
+        idx_out = stack.enter_context(open(idx, "w", encoding="utf-8"))
+        writer = CompressedWriter(idx_out, data_out=out, num_lines=INDEX_BLOCK,
                                   data_out_name="index.cdx.gz", digest_records=True)
         last = None
         for line in heapq.merge(*files):
@@ -208,26 +201,17 @@ def _merged_index(zf: zipfile.ZipFile, indexes: list[Path],
             last = line
         if writer.block:
             writer.flush()
-        cdx = out.resource("indexes/index.cdx.gz")
-    idx_bytes = idx.getvalue().encode()
-    zf.writestr(_entry("indexes/index.idx", deflate=True), idx_bytes)
-    return [cdx, {"name": "index.idx", "path": "indexes/index.idx",
-                  "hash": f"sha256:{hashlib.sha256(idx_bytes).hexdigest()}",
-                  "bytes": len(idx_bytes)}]
 
 
-def _pages(zf: zipfile.ZipFile, indexes: list[tuple[Path, Path]],
-           packed: Packed) -> dict[str, object]:
-    """`pages/pages.jsonl`: every HTML page archived in full, in crawl order, with its title."""
-    with zf.open(_entry("pages/pages.jsonl", deflate=True), "w", force_zip64=True) as data:
-        out = Hashing(data)
+def write_pages(path: Path, indexes: list[tuple[Path, Path]], packed: Packed) -> None:
+    """pages.jsonl: every HTML page archived in full, in crawl order, with its title."""
+    with open(path, "w", encoding="utf-8") as out:
         header = {"format": "json-pages-1.0", "id": "pages", "title": "All Pages"}
-        out.write((json.dumps(header) + "\n").encode())
+        out.write(json.dumps(header) + "\n")
         for warc, index in indexes:
             for page in warc_pages(warc, index):
-                out.write((json.dumps(page) + "\n").encode())
+                out.write(json.dumps(page) + "\n")
                 packed.pages += 1
-        return out.resource("pages/pages.jsonl")
 
 
 def html_offsets(index: Path) -> list[int]:
