@@ -3,6 +3,7 @@ validator accepts and pywb replays from its own index."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hashlib
 import json
@@ -13,8 +14,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import aiohttp
 import pytest
-from conftest import CHECKOUT
+from aiohttp import web
+from conftest import CHECKOUT, until
 from replay import Pywb, pywb_bin
 from test_cdxj import LATIN1, archive_web, reference_index
 from test_warc import warc_files
@@ -172,3 +175,112 @@ async def test_pywb_replays_the_pages_from_the_wacz(make_web):
             want = want.encode() if isinstance(want, str) else want
             assert (status, body) == (200, want), path
         assert pywb.replay_all(tw.url("w.test", "/missing.html"))[0][0].status == "404"
+
+
+def replaywebpage() -> Path | None:
+    """npm's replaywebpage package (`make .replaywebpage/.installed`), or where LARBINPY_RWP
+    names (a folder holding its ui.js and sw.js)."""
+    where = os.environ.get("LARBINPY_RWP")
+    for d in ([Path(where)] if where else []) + [CHECKOUT / ".replaywebpage" / "package"]:
+        if (d / "ui.js").exists() and (d / "sw.js").exists():
+            return d
+    return None
+
+
+EMBED = """<!doctype html><html><head><script src="/ui.js"></script></head><body>
+<replay-web-page source="/crawl.wacz" url="{url}" replayBase="/replay/" embed="replayonly"
+ style="display:block;width:900px;height:600px"></replay-web-page></body></html>"""
+
+
+async def devtools(browser: str, profile: Path) -> tuple[asyncio.subprocess.Process, str]:
+    """Headless Chromium with its DevTools port: (process, the page's websocket URL)."""
+    proc = await asyncio.create_subprocess_exec(
+        browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    active = profile / "DevToolsActivePort"
+    await until(lambda: active.exists() and len(active.read_text().split()) == 2,
+                "Chromium's DevTools port")
+    port = active.read_text().split()[0]
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/json") as r:
+        targets = await r.json()
+    return proc, next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+
+
+def frame_texts(node: dict, out: dict[str, str]) -> dict[str, str]:
+    """Text of every document in a DOM tree (iframes and shadow roots pierced), by URL."""
+    for doc in node.get("contentDocument"), *node.get("shadowRoots", []):
+        if doc:
+            frame_texts(doc, out)
+    if node.get("nodeName") == "#document":
+        out[node.get("documentURL", "")] = "".join(_texts(node))
+    for child in node.get("children", []):
+        frame_texts(child, out)
+    return out
+
+
+def _texts(node: dict) -> list[str]:
+    """The text nodes of one document (not of its frames)."""
+    found = [node.get("nodeValue", "")] if node.get("nodeType") == 3 else []
+    for child in node.get("children", []):
+        found += _texts(child)
+    return found
+
+
+@pytest.mark.browser
+async def test_replaywebpage_opens_the_wacz_and_shows_each_page_as_archived(make_web):
+    from test_daemon import chromium
+
+    browser, package = chromium(), replaywebpage()
+    if browser is None:
+        pytest.skip("Chromium is not installed (.ci/run installs Debian's chromium)")
+    if package is None:
+        pytest.skip("replaywebpage is not installed: make .replaywebpage/.installed (npm)")
+    tw, _ = await crawled(make_web)
+    site_dir = tw.tmp / "rwp"
+    (site_dir / "replay").mkdir(parents=True)
+    shutil.copy(package / "ui.js", site_dir / "ui.js")
+    shutil.copy(package / "sw.js", site_dir / "replay" / "sw.js")
+    assert larbinpy_wacz(str(tw.tmp / "save"), "-o", str(site_dir / "crawl.wacz")).returncode == 0
+    pages = {"a": (tw.url("w.test", "/a.html"), "Page A"),
+             "latin": (tw.url("w.test", "/latin.html"), "Caf\xe9 cr\xe8me")}
+    for name, (url, _) in pages.items():
+        (site_dir / f"{name}.html").write_text(EMBED.format(url=url))
+    app = web.Application()  # aiohttp's static files answer Range requests, as the WACZ needs
+    app.router.add_static("/", site_dir)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    server = web.TCPSite(runner, "127.0.0.1", 0)
+    await server.start()
+    port = server._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    proc, ws_url = await devtools(browser, tw.tmp / "chrome")
+    try:
+        async with aiohttp.ClientSession() as s, s.ws_connect(ws_url, max_msg_size=0) as ws:
+            calls = iter(range(1, 10**6))
+
+            async def call(method: str, **params: object) -> dict:
+                n = next(calls)
+                await ws.send_json({"id": n, "method": method, "params": params})
+                while True:
+                    msg = await ws.receive_json(timeout=30)
+                    if msg.get("id") == n:
+                        return msg.get("result", {})
+
+            for name, (url, title) in pages.items():
+                await call("Page.navigate", url=f"http://127.0.0.1:{port}/{name}.html")
+
+                async def replayed(url: str = url, title: str = title) -> bool:
+                    tree = await call("DOM.getDocument", depth=-1, pierce=True)
+                    return any(u.endswith("mp_/" + url) and title in text
+                               for u, text in frame_texts(tree["root"], {}).items())
+
+                await until(replayed, f"{url} replayed by ReplayWeb.page", timeout=60)
+    finally:
+        proc.terminate()  # Chromium takes its helper processes down with it
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+        await runner.cleanup()
