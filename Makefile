@@ -45,17 +45,35 @@ $(PYWB_VENV)/.installed:
 	$(PYWB_VENV)/bin/pip install -q 'pywb>=2.10,<3'
 	touch $@
 
+# py-wacz, whose `wacz validate` the WACZ test runs (tests/test_wacz.py): it brings frictionless
+# and some fifty packages no other test needs, so it too gets a venv of its own
+WACZ_VENV ?= .venv-wacz
+$(WACZ_VENV)/.installed:
+	test -x $(WACZ_VENV)/bin/python || $(PYTHON) -m venv $(WACZ_VENV)
+	$(WACZ_VENV)/bin/pip install -q 'wacz>=0.5,<0.7'
+	touch $@
+
+# ReplayWeb.page (npm's replaywebpage: its ui.js and service worker), for the test that opens a
+# WACZ in it in Chromium (tests/test_wacz.py); without npm the test skips and says why
+RWP_DIR ?= .replaywebpage
+RWP_VERSION ?= 2.5.3
+$(RWP_DIR)/.installed:
+	@mkdir -p $(RWP_DIR)
+	@if command -v npm >/dev/null && (cd $(RWP_DIR) && npm pack -q replaywebpage@$(RWP_VERSION) \
+	    >/dev/null && tar xzf replaywebpage-$(RWP_VERSION).tgz && rm replaywebpage-$(RWP_VERSION).tgz); \
+	then touch $@; else echo "replaywebpage could not be fetched with npm: its test will skip"; fi
+
 # The suite's tests mostly wait on real servers and processes: 4 at a time on 2 cores
 TEST_PROCS ?= 4
 
 ## test: ruff, mypy over larbinpy/ (its settings: pyproject.toml), then the whole suite (< 5 minutes)
-test: $(VENV)/.installed-test $(PYWB_VENV)/.installed
+test: $(VENV)/.installed-test $(PYWB_VENV)/.installed $(WACZ_VENV)/.installed $(RWP_DIR)/.installed
 	$(VENV)/bin/ruff check larbinpy tests
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -n $(TEST_PROCS)
 
 ## test-slow: the long checks kept out of `make test`
-test-slow: $(VENV)/.installed-test $(PYWB_VENV)/.installed
+test-slow: $(VENV)/.installed-test $(PYWB_VENV)/.installed $(WACZ_VENV)/.installed
 	$(PY) -m pytest -q -m slow
 
 ## bench: crawl a synthetic local web and print pages/s, CPU per page, RSS, ratio to a bare fetch loop
@@ -91,4 +109,4 @@ docs: $(VENV)/.installed
 	mv docs/configuration.md.tmp docs/configuration.md
 
 clean:
-	rm -rf $(VENV) $(PYWB_VENV) larbin-state save .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(PYWB_VENV) $(WACZ_VENV) $(RWP_DIR) larbin-state save .pytest_cache .mypy_cache

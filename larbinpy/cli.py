@@ -141,10 +141,10 @@ def hash_set_report(bits: int, functions: int, seen_set: str = "bitmap") -> str:
     return "\n".join(lines)
 
 
-SUBCOMMANDS = ("submit", "check-config", "bench", "report")
+SUBCOMMANDS = ("submit", "check-config", "bench", "report", "wacz")
 USAGE = ("larbinpy [-h] [--version] [-c CONFIG] [--scratch] [--http-port N] [--input-port N]"
          " [-v] [-q]\n"
-         "       larbinpy [-c CONFIG] [-v] [-q] {submit,check-config,bench} ...\n"
+         "       larbinpy [-c CONFIG] [-v] [-q] {submit,check-config,bench,wacz} ...\n"
          "       larbinpy report CRAWL_LOG [--top N] [--json]")
 
 
@@ -189,7 +189,7 @@ def crawl_parser() -> argparse.ArgumentParser:
         description="larbin's crawler on one asyncio loop. Without a subcommand it crawls (a "
         "daemon unless exitAtEnd). Subcommands: submit (send URLs to a running crawler), "
         "check-config (validate and print a larbin.conf), bench (benchmarks), report (sum up a "
-        "crawl log); "
+        "crawl log), wacz (pack a crawl's WARC files as a WACZ); "
         "see `larbinpy SUBCOMMAND -h`.",
     )
     p.add_argument("--version", action="version", version=f"larbinpy {__version__}")
@@ -222,6 +222,38 @@ def check_config_parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--config", default=None,
                    help="the larbin.conf to check [./larbin.conf]")
     return p
+
+
+def wacz_parser() -> argparse.ArgumentParser:
+    """`larbinpy wacz DIR -o FILE`."""
+    p = argparse.ArgumentParser(prog="larbinpy wacz", formatter_class=_HelpFormatter,
+                                description="Pack the WARC files of a crawl (its saveDir, "
+                                "`output warc`), their CDXJ indexes, the list of its HTML pages "
+                                "and a datapackage.json with sha256 hashes into one WACZ file "
+                                "(what ReplayWeb.page opens).")
+    p.add_argument("dir", metavar="DIR", help="the folder of the WARC files (saveDir)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="the WACZ file to write (replaced if it exists)")
+    p.add_argument("--title", default=None, help="the collection's title [larbinpy crawl of DIR]")
+    return p
+
+
+def cmd_wacz(args: argparse.Namespace) -> int:
+    """Pack a crawl's WARC files as a WACZ; exit 2 when DIR cannot be packed."""
+    from larbinpy.outputs.wacz import WaczError, pack
+
+    target = Path(args.output)
+    if target.suffix != ".wacz":
+        print(f"larbinpy wacz: {target}: a WACZ file's name ends in .wacz", file=sys.stderr)
+        return 2
+    try:
+        packed = pack(Path(args.dir), target, title=args.title)
+    except (WaczError, OSError) as exc:
+        print(f"larbinpy wacz: {exc}", file=sys.stderr)
+        return 2
+    print(f"{target}: {len(packed.warcs)} WARC files ({packed.warc_bytes:,} bytes), "
+          f"{packed.captures:,} captures indexed, {packed.pages:,} pages", file=sys.stderr)
+    return 0
 
 
 def split_argv(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
@@ -262,6 +294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from larbinpy.report import main as report_main
 
             return report_main(rest)
+        if command == "wacz":
+            setup_logging(top.verbose - top.quiet, None, "text")
+            return cmd_wacz(wacz_parser().parse_args(rest))
         top.config = top.config or "larbin.conf"
         return cmd_crawl(top)
     except (ConfigError, StateError) as exc:

@@ -31,13 +31,14 @@ def test_version_and_usage_name_the_subcommands() -> None:
     assert version.returncode == 0 and version.stdout.strip() == f"larbinpy {__version__}"
     usage = larbinpy("-h")
     assert usage.returncode == 0
-    assert "{submit,check-config,bench}" in usage.stdout.splitlines()[1]
+    assert "{submit,check-config,bench,wacz}" in usage.stdout.splitlines()[1]
 
 
 def test_every_option_has_help_text() -> None:
     for args, options in ((["-h"], ["-v, --verbose", "-q, --quiet"]),
                           (["check-config", "-h"], ["-c CONFIG, --config CONFIG"]),
-                          (["submit", "-h"], ["--timeout TIMEOUT", "--token TOKEN"])):
+                          (["submit", "-h"], ["--timeout TIMEOUT", "--token TOKEN"]),
+                          (["wacz", "-h"], ["-o FILE, --output FILE", "--title TITLE"])):
         lines = larbinpy(*args).stdout.splitlines()
         for option in options:
             assert help_of(lines, option), f"{option} has no help in {args}"

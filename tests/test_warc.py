@@ -148,12 +148,15 @@ def outputs_for(tmp: Path, extra: str = "") -> Outputs:
 def test_a_file_is_open_while_written_and_renamed_when_closed(tmp_path):
     out = WarcOutput(str(tmp_path), prefix="t")
     out.write(hand_page("http://x.test/", b"hello"))
-    names = [p.name for p in tmp_path.iterdir()]
-    assert len(names) == 1 and names[0].endswith(".warc.gz.open")
+    names = sorted(p.name for p in tmp_path.iterdir())
+    # the WARC file and its index's lines, both unfinished
+    assert len(names) == 2 and names[0].endswith(".cdxj.open")
+    assert names[1].endswith(".warc.gz.open")
     out.close()
-    final = [p.name for p in tmp_path.iterdir()]
-    assert final == [names[0].removesuffix(".open")]
-    check([tmp_path / final[0]])
+    final = sorted(p.name for p in tmp_path.iterdir())
+    warc = names[1].removesuffix(".open")
+    assert final == [warc.removesuffix(".warc.gz") + ".cdxj", warc]
+    check([tmp_path / warc])
 
 
 def test_duplicates_become_revisits_of_the_archived_payload(tmp_path):

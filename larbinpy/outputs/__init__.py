@@ -2,9 +2,10 @@
 
 Each output is one module of this package named like its `output` value (`save.py`,
 `mirror.py`, `warc.py`, `links.py`), with a `make(cfg)` function returning an object behind the
-`Output` interface: adding an output adds a module and nothing else here. `Outputs` fans a page
-out to every configured one, applies `specificSearch` / `contentTypes` (larbin's
-SPECIFICSEARCH: output only these) and calls the `userOutput` hook (`hook.py`).
+`Output` interface: adding an output adds a module and nothing else here (`files.py`,
+`hook.py`, `cdxj.py`, the WARC files' indexes, and `wacz.py`, `larbinpy wacz`, are helpers).
+`Outputs` fans a page out to every configured one, applies `specificSearch` / `contentTypes`
+(larbin's SPECIFICSEARCH: output only these) and calls the `userOutput` hook (`hook.py`).
 
 Failures never stop the crawl. A write refused by the storage (disk full, saveDir not
 writable, no file descriptor or memory left) keeps the page in a backlog, pauses the crawl
@@ -92,7 +93,7 @@ Step = Callable[[Page], None]  # one output's method for one page (`write`, `rec
 
 def make_output(name: str, cfg: Config) -> Output:
     """The output called `name`: module `larbinpy.outputs.<name>`, its `make(cfg)`."""
-    if not name.isidentifier() or name in ("files", "hook"):
+    if not name.isidentifier() or name in ("files", "hook", "cdxj", "wacz"):
         raise ValueError(f"output {name} is not available")
     try:
         module = importlib.import_module(f"{__name__}.{name}")

@@ -19,6 +19,10 @@ Files are `saveDir/PREFIX-YYYYMMDDhhmmss-NNNNN.warc.gz`, written as `....warc.gz
 renamed when closed, so a crash never leaves a half-written file that looks complete. A new
 file starts once one reaches `warcMaxSize`. Records are written whole or not at all
 (`AppendFile`), so a disk-full pause and retry keeps the file valid.
+
+Beside each closed file, its CDXJ index `PREFIX-YYYYMMDDhhmmss-NNNNN.cdxj` (`cdxj.py`): each
+response and revisit record's line is made as it is appended (its offset and length are known
+then) and the lines are sorted off the event loop once the file is closed.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ except ImportError:  # pragma: no cover - a dependency; the standard zlib writes
 from larbinpy import __version__
 from larbinpy.config import Config, describe
 from larbinpy.outputs import Archive
+from larbinpy.outputs.cdxj import Entry, Sorter, WarcIndex, index_name, parse_http
 from larbinpy.outputs.files import AppendFile, Unsynced
 from larbinpy.records import Page
 
@@ -187,6 +192,8 @@ class WarcOutput(Archive):
         # warcio builds the records; gzip is ours (warcio compresses at level 9, see GZIP_LEVEL)
         self.writer = WARCWriter(None, gzip=False, warc_version="1.1")
         self.file: AppendFile | None = None
+        self.index: WarcIndex | None = None  # the current file's CDXJ lines
+        self.sorter = Sorter()  # sorts each closed file's lines into its index
         self.final_name = ""
         self.serial = -1  # found on the first file
         self.files: list[Path] = []  # closed files, in order
@@ -216,8 +223,11 @@ class WarcOutput(Archive):
         self.unsynced.sync()
 
     def close(self) -> None:
-        """Finish the current file (rename it from `.open`)."""
-        self._finish()
+        """Finish the current file (rename it from `.open`) and wait for the indexes."""
+        try:
+            self._finish()
+        finally:
+            self.sorter.wait()
 
     # --- records ---
 
@@ -230,9 +240,9 @@ class WarcOutput(Archive):
             extra["WARC-IP-Address"] = page.ip
         if _truncated(page, payload):
             extra["WARC-Truncated"] = "length"  # robots.txt is read up to 500 KiB only
+        block = response_block(page)
         resp_headers = RawHttpHeaders(
-            f"{page.status} {page.reason}".rstrip(), page.http_version, response_block(page)
-        )
+            f"{page.status} {page.reason}".rstrip(), page.http_version, block)
         digest = payload_digest(payload)
         original = self.archived.get(digest) if duplicate else None
         if page.revisit is not None:  # recrawl: a 304, or the body of the copy kept
@@ -246,12 +256,18 @@ class WarcOutput(Archive):
             resp = self.writer.create_warc_record(
                 page.url, "response", payload=BytesIO(payload), length=len(payload),
                 http_headers=resp_headers, warc_headers_dict=extra)
+        # response then request, each its own gzip member, linked by WARC-Concurrent-To
         req = self.writer.create_warc_record(
             page.url, "request", payload=BytesIO(), length=0,
             http_headers=RawHttpHeaders(URL(page.url).raw_path_qs, "GET", request_block(page)),
             warc_headers_dict=dict(extra))
-        data = self._serialise(req, resp)
-        self._append(data)
+        req.rec_headers.add_header("WARC-Concurrent-To",
+                                   resp.rec_headers.get_header("WARC-Record-ID"))
+        resp_member, req_member = self._member(resp), self._member(req)
+        entry = Entry(page.url, date, resp.rec_type,
+                      resp.rec_headers.get_header("WARC-Payload-Digest"),
+                      parse_http(block if resp.http_headers else None), len(resp_member))
+        self._append(resp_member + req_member, entry)
         self.records += 2
         if original is None and page.revisit is None and 200 <= page.status < 300:
             self._remember(digest, page.url, date, resp.rec_headers.get_header("WARC-Record-ID"))
@@ -272,12 +288,6 @@ class WarcOutput(Archive):
         record.rec_headers.replace_header("WARC-Profile", REVISIT_PROFILE + revisit.profile)
         return record
 
-    def _serialise(self, req: Any, resp: Any) -> bytes:
-        """Response then request, each its own gzip member, linked by WARC-Concurrent-To."""
-        req.rec_headers.add_header("WARC-Concurrent-To", resp.rec_headers.get_header(
-            "WARC-Record-ID"))
-        return self._member(resp) + self._member(req)
-
     def _member(self, record: Any) -> bytes:
         """One record as one gzip member (warcio serialises, we compress at GZIP_LEVEL)."""
         buffer = BytesIO()
@@ -294,17 +304,23 @@ class WarcOutput(Archive):
 
     # --- files ---
 
-    def _append(self, data: bytes) -> None:
-        """Append records to the current file, starting a new one when needed."""
+    def _append(self, data: bytes, entry: Entry) -> None:
+        """Append records to the current file, starting a new one when needed; `entry` is
+        the first record's, for the index."""
         if self.file is not None and self.file.damaged:
             log.error("WARC file %s.open was damaged by a failed write; starting another",
                       self.final_name)
             self.file.close()
             self.file = None
+            if self.index is not None:
+                self.index.discard()
+                self.index = None
         if self.file is None:
             self._start()
-        assert self.file is not None
+        assert self.file is not None and self.index is not None
+        offset = self.file.size
         self.file.append(data)
+        self.index.add(entry, offset)
         if self.file.size >= self.max_size:
             try:
                 self._finish()
@@ -327,6 +343,7 @@ class WarcOutput(Archive):
         info = self.writer.create_warcinfo_record(self.final_name, self.info)
         try:
             self.file.append(self._member(info))
+            self.index = WarcIndex(self.final_name, self.root)
         except OSError:
             self.file.close()
             self.file = None
@@ -341,18 +358,38 @@ class WarcOutput(Archive):
         if leftovers:
             log.warning("unfinished WARC files from an earlier run left as they are: %s",
                         ", ".join(sorted(leftovers)))
+        self._index_unindexed(pattern)
         return max(serials, default=-1)
 
+    def _index_unindexed(self, pattern: re.Pattern[str]) -> None:
+        """Closed files of this prefix without their index (an earlier run was killed between
+        a file's close and its index, or predates indexes) are indexed by reading them."""
+        for path in sorted(self.root.iterdir()):
+            if pattern.match(path.name) and not path.name.endswith(".open") \
+                    and not index_name(path).exists():
+                log.warning("WARC file %s has no CDXJ index: indexing it", path.name)
+                self.sorter.index(path)
+
     def _finish(self) -> None:
-        """Close the current file and give it its final name."""
+        """Close the current file, give it its final name and have its index sorted."""
         if self.file is None:
             return
         self.file.close()
         final = self.root / self.final_name
+        index, self.index = self.index, None
         if self.file.damaged:
             log.error("WARC file %s left as .open: a failed write could not be undone", final)
+            if index is not None:
+                index.discard()
         else:
-            os.replace(self.file.path, final)
+            try:
+                os.replace(self.file.path, final)
+            except OSError:
+                if index is not None:
+                    index.discard()
+                raise
             self.files.append(final)
             self.unsynced.wrote(self.root, final.name)
+            if index is not None:
+                self.sorter.submit(final, index)
         self.file = None
