@@ -32,6 +32,7 @@ from larbinpy.daemon.statuspage import metrics_text, render_html
 from larbinpy.demo import DnsServer, Site
 from larbinpy.frontier import recrawl as revisits_stage
 from larbinpy.frontier.recrawldb import SiteStates
+from larbinpy.frontier.schedule import Schedule
 
 RECRAWL = "recrawl on\nrecrawlMin 0.2\nrecrawlMax 0.4\n"
 
@@ -571,3 +572,56 @@ async def test_a_front_page_listing_new_articles_is_revisited_for_them_and_they_
     assert figures["delay_median_s"] is not None and figures["top_pages"][0]["url"] == w.url(host)
     found = [line for line in w.log_lines() if line["url"] == w.url(host) and line.get("new")]
     assert sum(line["new"] for line in found) >= 8
+    # what a restart reads: the front page's record keeps its discovery estimate
+    kept = Schedule(w.tmp / "state" / "schedule").get(w.url(host))
+    assert kept is not None and revisits_stage.Policy.found(kept.stats) > 0
+
+
+async def test_a_site_emitting_new_urls_without_end_does_not_delay_another_sites_news(lab):
+    """A site whose front page lists new URLs at every fetch, without end (a calendar, a
+    session-id trap), spends its own politeness budget on them: while it keeps its own
+    connection busy with its endless new pages, another site's new articles are still fetched
+    within seconds."""
+    w = await lab("honest", "trap", more=10)
+    news, trap = "honest.revisit.test", "trap.revisit.test"
+    front, calendar = w.web.changing[news]["/"], w.web.changing[trap]["/"]
+    stop = asyncio.Event()
+
+    async def emit() -> None:
+        """The trap: 20 new days on its front page every 50 ms."""
+        k = 0
+        while not stop.is_set():
+            days = tuple(f"/day{k + j}.html" for j in range(20))
+            for path in days:
+                w.web.changing[trap][path] = ChangingPage()
+            calendar.links = days + calendar.links[:40]
+            calendar.change()
+            k += 20
+            await asyncio.sleep(0.05)
+
+    def days_fetched() -> int:
+        return sum(1 for path in list(w.web.changing[trap]) if w.web.answers(trap, path)
+                   and path.startswith("/day"))
+
+    extra = "recrawlMax 30\nwaitDuration 0.05\nconnectionsPerHost 1\n"
+    async with w.crawling(start_urls(w, "honest", "trap") + extra):
+        await until(lambda: len(w.web.answers(news, "/p9.html")) >= 1, "the first pass")
+        emitter = asyncio.ensure_future(emit())
+        try:
+            await until(lambda: days_fetched() >= 50, "the trap's first days")
+            before = days_fetched()
+            delays = []
+            for k in range(6):
+                path = f"/new{k}.html"
+                w.web.changing[news][path] = ChangingPage()
+                front.links = (path, *front.links)
+                front.change()
+                published = time.monotonic()
+                await until(lambda path=path: w.web.answers(news, path), f"{path} fetched")
+                delays.append(time.monotonic() - published)
+            trapped = days_fetched() - before
+        finally:
+            stop.set()
+            await emitter
+    assert sorted(delays)[len(delays) // 2] < 2.0, delays
+    assert trapped >= 30  # the trap kept its own connection busy all along
