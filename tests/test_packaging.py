@@ -51,7 +51,7 @@ def extra_of(req: Requirement) -> str | None:
     """The extra a requirement belongs to (None: a runtime dependency)."""
     if req.marker is None or req.marker.evaluate({"extra": ""}):
         return None
-    return next(e for e in ("cluster", "demo", "bench", "test")
+    return next(e for e in ("cluster", "demo", "bench", "report", "test")
                 if req.marker.evaluate({"extra": e}))
 
 
@@ -64,7 +64,8 @@ def test_redis_and_dnslib_are_only_in_extras() -> None:
     assert by_extra["cluster"] == {"redis"}
     assert by_extra["demo"] == {"dnslib"}
     assert by_extra["bench"] == {"larbinpyclusterdemo"}  # larbinpy[cluster,demo]
-    assert "larbinpybench" in by_extra["test"]
+    assert by_extra["report"] == {"datasketches"}
+    assert "larbinpybenchreport" in by_extra["test"]  # larbinpy[bench,report]
 
 
 def test_the_runtime_modules_import_without_redis_and_dnslib() -> None:
