@@ -1,0 +1,229 @@
+"""`requisites`: what a page needs to render is fetched and archived, once, bounded.
+
+Crawls of a real loopback web (real DNS, real HTTP servers on several hosts and IPs) with
+`output warc`: a page's images, srcset candidates, stylesheets and their url()s and @imports,
+scripts, icons and media are fetched one hop past the page (another host too, whatever
+limitToDomain says), archived, marked in the crawl log; never parsed for links, never counted
+as pages. Bad input: @import loops, a 10 MiB stylesheet, a srcset of 10,000 candidates, a CSS
+url() to a private address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+
+from conftest import CRAWL_TIMEOUT, html
+from test_warc import check, records, warc_files
+
+from larbinpy.config import parse_config
+from larbinpy.crawler import Crawler
+from larbinpy.demo import Page, Site
+from larbinpy.links.requisites import CSS_MAX_CHARS, css_urls, srcset_urls
+from larbinpy.stats import Outcome
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
+
+
+def img(body: bytes = PNG) -> Page:
+    """An image."""
+    return Page(body, content_type="image/png")
+
+
+def css(text: str) -> Page:
+    """A stylesheet."""
+    return Page(text, content_type="text/css")
+
+
+PAGE = """<!doctype html><html><head><title>home</title>
+<link rel=stylesheet href="/s/main.css"><link rel="shortcut icon" href="/favicon.ico">
+<link rel=modulepreload href="/m.js"><link rel=next href="/next.html">
+<script src="/app.js"></script>
+<style>h1 { background: url("/img/h1.png") }</style>
+</head><body background="/img/body.png" style="border-image: url(/img/border.png)">
+<img src="http://cdn.test:{port}/logo.png" srcset="/img/a1.png 1x, /img/a2.png 2x">
+<picture><source srcset="/img/wide.webp 800w"><img src="/img/narrow.png"></picture>
+<input type=image src="/img/go.png"><video src="/v.mp4" poster="/img/poster.png"></video>
+<object data="/o.svg"></object><embed src="/e.swf">
+<a href="/next.html">next</a>
+</body></html>"""
+
+
+def web(port_holder: list[int]) -> list[Site]:
+    """w.test (a page with every kind of requisite, on 127.0.0.2) and cdn.test (an image, on
+    127.0.0.3); the page is made once the server's port is known."""
+    return [
+        Site("w.test", "127.0.0.2", {
+            "/next.html": html("/"),
+            "/s/main.css": css('@import url("print.css"); body { background: url(../img/bg.png) }'
+                               ' .x { background-image: image-set("/img/set.png" 1x) }'),
+            "/s/print.css": css("a { cursor: url('/img/cursor.png'), auto }"),
+            "/favicon.ico": Page(b"ico", content_type="image/x-icon"),
+            "/m.js": Page("export {}", content_type="text/javascript"),
+            "/app.js": Page("var a;", content_type="text/javascript"),
+            # an HTML requisite: archived, its links never followed
+            "/o.svg": Page('<svg xmlns="http://www.w3.org/2000/svg"><a href="/never.html"/></svg>',
+                           content_type="image/svg+xml"),
+            "/e.swf": Page('<html><a href="/never2.html">x</a></html>'),
+            "/v.mp4": Page(b"\0\0\0\x18ftypmp42", content_type="video/mp4"),
+            **{f"/img/{n}": img() for n in (
+                "h1.png", "body.png", "border.png", "a1.png", "a2.png", "wide.webp",
+                "narrow.png", "go.png", "poster.png", "bg.png", "set.png", "cursor.png")},
+        }),
+        Site("cdn.test", "127.0.0.3", {"/logo.png": img()}),
+    ]
+
+
+EXPECTED = {"/s/main.css", "/s/print.css", "/favicon.ico", "/m.js", "/app.js", "/o.svg",
+            "/e.swf", "/v.mp4", *(f"/img/{n}" for n in (
+                "h1.png", "body.png", "border.png", "a1.png", "a2.png", "wide.webp",
+                "narrow.png", "go.png", "poster.png", "bg.png", "set.png", "cursor.png"))}
+
+
+def log_lines(tmp: Path) -> list[dict]:
+    """The crawl log."""
+    return [json.loads(line) for line in (tmp / "save" / "crawl.jsonl").read_text().splitlines()]
+
+
+async def start(make_web):
+    """The web above, its page filled in with the server's port."""
+    tw = await make_web(web([]))
+    port = int(tw.url("w.test").rsplit(":", 1)[1].split("/")[0])
+    tw.web.sites["w.test"].pages["/"] = Page(PAGE.replace("{port}", str(port)))
+    return tw
+
+
+async def test_a_pages_requisites_are_fetched_once_archived_and_marked(make_web):
+    tw = await start(make_web)
+    crawler = await tw.crawl(
+        f"startUrl {tw.url('w.test')}\noutput warc\nlimitToDomain w.test end\n"
+        "maxPagesPerSite 2\ndepthInSite 1\n")
+    fetched = Counter(tw.pages_fetched())
+    wanted = {tw.url("w.test", p) for p in EXPECTED} | {tw.url("cdn.test", "/logo.png")}
+    assert wanted <= set(fetched), wanted - set(fetched)
+    assert max(fetched.values()) == 1  # once each
+    # pages: the seed and its link, within maxPagesPerSite 2 whatever the requisites;
+    # nothing an HTML or SVG requisite links to
+    pages = {u for u in fetched if u not in wanted}
+    assert pages == {tw.url("w.test", "/"), tw.url("w.test", "/next.html")}
+    # another host, though limitToDomain names only w.test
+    assert tw.web.hits_for("cdn.test")
+    stats = crawler.stats.outcomes
+    assert stats[Outcome.requisite] == len(wanted)
+    check(warc_files(tw.tmp))
+    archived = {r["warc"]["WARC-Target-URI"] for r in records(warc_files(tw.tmp))
+                if r["type"] == "response"}
+    assert wanted <= archived
+    lines = {line["url"]: line for line in log_lines(tw.tmp)}
+    for url in wanted:
+        assert lines[url]["requisite"] is True and lines[url]["kind"] == "requisite"
+    assert lines[tw.url("w.test", "/img/cursor.png")]["via"] == tw.url("w.test", "/s/print.css")
+    assert lines[tw.url("w.test", "/s/print.css")]["via"] == tw.url("w.test", "/s/main.css")
+    assert lines[tw.url("w.test", "/app.js")]["via"] == tw.url("w.test", "/")
+    assert "requisite" not in lines[tw.url("w.test", "/next.html")]
+
+
+async def test_without_output_warc_no_requisite_is_fetched(make_web):
+    tw = await start(make_web)
+    crawler = await tw.crawl(f"startUrl {tw.url('w.test')}\noutput save\n")
+    assert set(tw.pages_fetched()) == {tw.url("w.test", "/"), tw.url("w.test", "/next.html")}
+    assert crawler.stats.outcomes[Outcome.requisite] == 0
+
+
+async def test_import_loops_end_at_the_seen_set(make_web):
+    tw = await make_web([Site("w.test", "127.0.0.2", {
+        "/": Page('<link rel=stylesheet href="/self.css"><link rel=stylesheet href="/a.css">'),
+        "/self.css": css('@import "self.css"; @import url(/self.css);'),
+        "/a.css": css('@import "b.css"; p { background: url(x.png) }'),
+        "/b.css": css('@import "a.css";'),
+        "/x.png": img(),
+    })])
+    # and a chain of distinct sheets, each importing the next: ended by the nesting limit
+    chain = tw.web.sites["w.test"].pages
+    chain["/"] = Page(chain["/"].body + '<style>@import "/c0.css";</style>')
+    for i in range(20):
+        chain[f"/c{i}.css"] = css(f'@import "c{i + 1}.css";')
+    crawler = await tw.crawl(f"startUrl {tw.url('w.test')}\noutput warc\n")
+    fetched = Counter(tw.pages_fetched())
+    assert max(fetched.values()) == 1
+    assert {tw.url("w.test", p) for p in ("/self.css", "/a.css", "/b.css", "/x.png")} <= set(
+        fetched)
+    chained = [u for u in fetched if "/c" in u]
+    assert 1 < len(chained) < 10  # REQUISITE_NESTING levels below the page, not 20
+    assert crawler.stats.outcomes[Outcome.tooDeep] >= 1
+
+
+async def test_a_10_mib_stylesheet_is_read_up_to_the_bound_and_counted(make_web):
+    head = "a { background: url(/early.png) }\n"
+    filler = "p { color: red; margin: 0 auto }\n" * ((10 * 1024 * 1024) // 33)
+    tail = "b { background: url(/late.png) }\n"
+    sheet = head + filler + tail
+    assert len(sheet) > 10 * 1024 * 1024 - 64
+    tw = await make_web([Site("w.test", "127.0.0.2", {
+        "/": Page('<link rel=stylesheet href="/big.css">'), "/big.css": css(sheet),
+        "/early.png": img(), "/late.png": img()})])
+    crawler = await tw.crawl(f"startUrl {tw.url('w.test')}\noutput warc\nmaxPageSize 11MiB\n")
+    fetched = set(tw.pages_fetched())
+    assert tw.url("w.test", "/big.css") in fetched and tw.url("w.test", "/early.png") in fetched
+    assert tw.url("w.test", "/late.png") not in fetched  # past CSS_MAX_CHARS: not read
+    assert crawler.stats.requisites_cut == 1
+    archived = {r["warc"]["WARC-Target-URI"]: r for r in records(warc_files(tw.tmp))
+                if r["type"] == "response"}
+    assert len(archived[tw.url("w.test", "/big.css")]["raw"]) == len(sheet)  # archived whole
+
+
+async def test_a_srcset_of_10000_candidates_is_bounded_and_counted(make_web):
+    candidates = ", ".join(f"/i/{n}.png {n + 1}w" for n in range(10000))
+    pages = {"/": Page(f'<img src="/i/first.png" srcset="{candidates}">'), "/i/first.png": img()}
+    tw = await make_web([Site("w.test", "127.0.0.2", pages)])
+    crawler = await tw.crawl(f"startUrl {tw.url('w.test')}\noutput warc\nmaxLinksPerPage 50\n")
+    fetched = tw.pages_fetched()
+    requisites = [u for u in fetched if "/i/" in u]
+    assert len(requisites) == 50  # maxLinksPerPage, the src first
+    assert tw.url("w.test", "/i/first.png") in requisites
+    assert crawler.stats.requisites_cut == 1
+    assert crawler.stats.outcomes[Outcome.err40X] == 49  # (this server has none of them)
+
+
+async def test_a_css_url_to_a_private_address_is_refused(make_web):
+    page = Page('<link rel=stylesheet href="/s.css">')
+    tw = await make_web([Site("w.test", "127.0.0.2", {"/": page}),
+                         Site("loop.test", "127.0.0.5", {"/y.png": img()})],
+                        extra_dns={"intranet.test": ["192.168.7.7"]})
+    tw.web.sites["w.test"].pages["/s.css"] = css(
+        "a { background: url(http://intranet.test/secret.png) }"
+        " b { background: url(http://10.1.2.3/x.png) }"
+        f" i {{ background: url({tw.url('loop.test', '/y.png')}) }}")
+    # only w.test's address allowed: loop.test is on loopback too, but not allowed
+    text = tw.config_text(f"exitAtEnd\nstartUrl {tw.url('w.test')}\noutput warc\n").replace(
+        "allowNetworks 127.0.0.0/8 end", "allowNetworks 127.0.0.2/32 end")
+    crawler = Crawler(parse_config(text), scratch=True)
+    await asyncio.wait_for(crawler.run(), CRAWL_TIMEOUT)
+    assert crawler.stats.outcomes[Outcome.deniedNetwork] == 3
+    assert not tw.web.hits_for("loop.test")
+    lines = {line["url"]: line for line in log_lines(tw.tmp)}
+    for name in ("secret.png", "x.png", "y.png"):
+        url = next(u for u in lines if name in u)
+        assert lines[url]["kind"] == "deniedNetwork" and lines[url]["requisite"] is True
+
+
+def test_srcset_is_split_as_the_html_standard_says() -> None:
+    assert srcset_urls("a.png 1x,b.png 2x , c.png", 10) == ["a.png", "b.png", "c.png"]
+    assert srcset_urls("data:image/png;base64,AAA= 1x, d.png", 10) == [
+        "data:image/png;base64,AAA=", "d.png"]
+    assert srcset_urls("e.png,, f.png 100w", 10) == ["e.png", "f.png"]
+    assert srcset_urls("g.png (max-width: 1px, x) 1x, h.png", 10) == ["g.png", "h.png"]
+    assert srcset_urls("a b, c d, e f", 2) == ["a", "c"]
+
+
+def test_css_urls_come_from_the_css_tokens_not_the_text() -> None:
+    text = ('/* url(comment.png) */ @import "imp.css" screen; @IMPORT url(imp2.css);'
+            'a { content: "url(string.png)"; background: URL( "q.png" ) }'
+            ' b { background: u\\72l(escaped.png) } c { mask: image-set("s1.png" 1x,'
+            ' url(s2.png) 2x) }')
+    urls, cut = css_urls(text, 100)
+    assert urls == ["imp.css", "imp2.css", "q.png", "escaped.png", "s1.png", "s2.png"]
+    assert not cut
+    assert css_urls("a{}" * CSS_MAX_CHARS, 10) == ([], True)
