@@ -344,7 +344,10 @@ def _tree_requisites(tree: LexborHTMLParser) -> Scan:
     style: list[str] = []
     sheets: list[str] = []
     for node in tree.root.traverse() if tree.root is not None else ():
-        tag, attrs = node.tag, node.attrs
+        tag = node.tag
+        if not tag or tag[0] == "-":  # a comment, doctype or text: "-comment", "-text"...
+            continue
+        attrs = node.attrs
         if tag == "img":
             img.append(attrs.get("src") or "")
         elif tag == "link":
