@@ -15,12 +15,14 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from conftest import CRAWL_TIMEOUT, html
+from conftest import CRAWL_TIMEOUT, html, until
+from revisitweb import ChangingPage, RevisitWeb
+from test_recrawl import Lab
 from test_warc import check, records, warc_files
 
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
-from larbinpy.demo import Page, Site
+from larbinpy.demo import DnsServer, Page, Site
 from larbinpy.links.requisites import CSS_MAX_CHARS, css_urls, srcset_urls
 from larbinpy.stats import Outcome
 
@@ -227,3 +229,61 @@ def test_css_urls_come_from_the_css_tokens_not_the_text() -> None:
     assert urls == ["imp.css", "imp2.css", "q.png", "escaped.png", "s1.png", "s2.png"]
     assert not cut
     assert css_urls("a{}" * CSS_MAX_CHARS, 10) == ([], True)
+
+
+# --- with recrawl: a page's requisites are checked again when the page changes ---
+
+
+class PageWithImages(ChangingPage):
+    """A changing page that shows two images: one behind honest validators (a changing page
+    of its own, never changed), one served without any."""
+
+    def body(self) -> str:
+        """Its HTML, with the images."""
+        return super().body().replace(
+            "</body>", '<img src="/img.png"><img src="/plain.png"></body>')
+
+
+async def test_with_recrawl_requisites_are_checked_again_only_when_their_page_changes(tmp_path):
+    host = "honest.revisit.test"
+    page = PageWithImages()
+    site = Site(host, "127.0.5.1", {"/plain.png": img()})
+    web = RevisitWeb([site], {host: "honest"}, {host: {"/": page, "/img.png": ChangingPage()}})
+    await web.start()
+    dns = DnsServer(web.dns_records)
+    await dns.start()
+    w = Lab(web, dns, tmp_path)
+    try:
+        async with w.crawling(f"startUrl {w.url(host)}\noutput warc\n"):
+            await until(lambda: sum(a.status == 304 for a in web.answers(host, "/")) >= 2,
+                        "the page revisited, unchanged, twice")
+            # not on a schedule of their own: fetched once while their page did not change
+            assert len(web.answers(host, "/img.png")) == 1
+            assert len(web.hits_for(host)) - len(web.answers(host, "/")) <= 3  # + robots.txt
+            page.change()
+            await until(lambda: len(web.answers(host, "/img.png")) == 2
+                        and sum(h.path == "/plain.png" for h in web.hits_for(host)) == 2,
+                        "the images checked again after the page changed")
+            await until(lambda: sum(x["kind"] == "unchanged" for x in w.log_lines()) >= 1,
+                        "the image without validators logged")
+            await until(lambda: sum(a.status == 304 and a.version == 1
+                                    for a in web.answers(host, "/")) >= 1,
+                        "the changed page revisited, unchanged")
+        first, again = web.answers(host, "/img.png")
+        assert first.status == 200 and again.status == 304
+        assert again.if_none_match == first.etag  # a conditional GET with its validators
+    finally:
+        await web.stop()
+        await dns.stop()
+    lines = [x for x in w.log_lines() if x.get("requisite")]
+    kinds = {(x["url"].rsplit("/", 1)[1], x["kind"]) for x in lines}
+    assert kinds == {("img.png", "requisite"), ("img.png", "notModified"),
+                     ("plain.png", "requisite"), ("plain.png", "unchanged")}
+    assert all(x["via"] == w.url(host) and "next" not in x for x in lines)
+    warcs = warc_files(tmp_path)
+    check(warcs)
+    revisits = {r["warc"]["WARC-Target-URI"]: r["warc"] for r in records(warcs)
+                if r["type"] == "revisit"}
+    assert revisits[w.url(host, "/img.png")]["WARC-Profile"].endswith("server-not-modified")
+    assert revisits[w.url(host, "/plain.png")]["WARC-Profile"].endswith(
+        "identical-payload-digest")

@@ -197,9 +197,16 @@ class Input:
             self.stats.count(Outcome.tooDeep, len(urls))
             return
         fresh = self.seen.missing(urls)
-        self.stats.count(Outcome.urlDup, len(urls) - len(fresh))
         self._queue([Job(url, nesting, parent.priority, kind=JobKind.REQUISITE, via=base)
                      for url in fresh])
+        if parent.kind is not JobKind.REVISIT:
+            self.stats.count(Outcome.urlDup, len(urls) - len(fresh))
+            return
+        # recrawl: a revisited page that changed (it is parsed only then) has its requisites
+        # checked again, the known ones by a conditional GET (`Revisits.prepare`)
+        new = set(fresh)
+        self._queue([Job(url, nesting, parent.priority, kind=JobKind.REQUISITE, via=base)
+                     for url in urls if url not in new], force=True)
 
     def add_redirect(self, parent: Job, target: str) -> None:
         """A redirect's target: a new job one hop further, scoped and de-duplicated like a link."""

@@ -233,8 +233,14 @@ class Reader:
 
     async def _requisite(self, site: Site, job: Job, resp: Response, ex: Exchange) -> Outcome:
         """A 2xx requisite, of any type: to the parser (a stylesheet's url()s, then the
-        outputs), whatever `noDup`, `anyType` or `contentTypes` say of pages."""
-        self.parser.take(await self._page(site, job, resp, ex))
+        outputs), whatever `noDup`, `anyType` or `contentTypes` say of pages. With recrawl,
+        checked again after a page that needs it changed: the same body is a revisit."""
+        page = await self._page(site, job, resp, ex)
+        if ex.answer is not None:
+            payload = page.raw_body if page.raw_body is not None else page.body
+            if ex.answer.found(payload):
+                return self._as_kept(page, ex, Outcome.unchanged)
+        self.parser.take(page)
         return Outcome.requisite
 
     async def _revisited(self, site: Site, job: Job, resp: Response, ex: Exchange,
