@@ -5,8 +5,8 @@
  * them, stopping only at the tags that carry links -- and, with `requisites`, at every tag
  * with attributes (any may have `style` or `background`). Values are str (UTF-8, invalid
  * bytes as U+FFFD), character references not yet decoded (tagscan.py does that, for both
- * twins); None for an attribute written without "=". Without `requisites` the last four
- * lists are empty and the scan does what it did before them.
+ * twins); None for an attribute written without "=". Without `requisites` the result is
+ * the first seven values only, and the scan does what it did before them.
  * tests/test_tagscan.py holds the two to the same results.
  */
 #define PY_SSIZE_T_CLEAN
@@ -354,7 +354,7 @@ static PyObject *scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         return NULL;
     b = view.buf;
     n = view.len;
-    for (k = 0; k < N_LISTS; k++)
+    for (k = 0; k < (req ? N_LISTS : L_RES); k++)  /* without requisites, only the links' */
         if ((lists[k] = PyList_New(0)) == NULL)
             goto done;
     while (pos < n && !failed) {
@@ -482,13 +482,19 @@ static PyObject *scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         goto done;
     if (needs_tree) {
         for (k = 0; k < N_LISTS; k++)
-            PyList_SetSlice(lists[k], 0, PyList_GET_SIZE(lists[k]), NULL);
+            if (lists[k] != NULL)
+                PyList_SetSlice(lists[k], 0, PyList_GET_SIZE(lists[k]), NULL);
         Py_CLEAR(base);
     }
-    result = Py_BuildValue("(OOOOOOOOOOO)", base ? base : Py_None, lists[L_A], lists[L_AREA],
-                           lists[L_IFRAME], lists[L_LINK], lists[L_IMG],
-                           needs_tree ? Py_True : Py_False, lists[L_RES], lists[L_SRCSET],
-                           lists[L_STYLE], lists[L_SHEETS]);
+    if (req)
+        result = Py_BuildValue("(OOOOOOOOOOO)", base ? base : Py_None, lists[L_A],
+                               lists[L_AREA], lists[L_IFRAME], lists[L_LINK], lists[L_IMG],
+                               needs_tree ? Py_True : Py_False, lists[L_RES], lists[L_SRCSET],
+                               lists[L_STYLE], lists[L_SHEETS]);
+    else  /* the scan as it was before requisites: seven values */
+        result = Py_BuildValue("(OOOOOOO)", base ? base : Py_None, lists[L_A], lists[L_AREA],
+                               lists[L_IFRAME], lists[L_LINK], lists[L_IMG],
+                               needs_tree ? Py_True : Py_False);
 done:
     for (k = 0; k < N_LISTS; k++)
         Py_XDECREF(lists[k]);

@@ -2,5 +2,7 @@
 
 def scan(
     doc: bytes, requisites: bool = ..., /
-) -> tuple[str | None, list[str], list[str], list[str], list[tuple[str | None, str | None]],
-           list[str], bool, list[str], list[str], list[str], list[str]]: ...
+) -> (tuple[str | None, list[str], list[str], list[str], list[tuple[str | None, str | None]],
+            list[str], bool]
+      | tuple[str | None, list[str], list[str], list[str], list[tuple[str | None, str | None]],
+              list[str], bool, list[str], list[str], list[str], list[str]]): ...

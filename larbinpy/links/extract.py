@@ -74,10 +74,16 @@ def extract_links(
     """Absolute canonical http(s) links of an HTML page, de-duplicated (in document order per
     kind of element: <a> first, then areas, frames, navigation <link>s, images), and how many
     distinct hrefs were dropped, unresolved, once max_links were found (`extract` without
-    requisites)."""
-    found = extract(body, page_url, normalizer, follow_images=follow_images,
-                    max_links=max_links, on_too_long=on_too_long, tree=tree)
-    return found.links, found.dropped
+    requisites, by the shortest path: most crawls' every page)."""
+    if len(body) > LARGE_PAGE:
+        found = _extract_large(body, page_url, normalizer, follow_images, max_links,
+                               on_too_long, tree, False)
+        return found.links, found.dropped
+    doc = _document(body)
+    base, hrefs, _ = _page_scan(doc, page_url, normalizer, follow_images, tree, False)
+    hrefs = _without_fragments(_drop_too_long(hrefs, normalizer.max_length, on_too_long))
+    # past max_links, the rest is counted (distinct raw hrefs), not resolved
+    return normalizer.resolve_upto(base, hrefs, max_links)
 
 
 def extract(

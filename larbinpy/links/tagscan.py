@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from html.entities import html5 as _ENTITIES
 from typing import Any, NamedTuple
 
@@ -138,15 +139,18 @@ class Scan(NamedTuple):
     needs_tree: bool  # a <frameset>: the caller must build the tree (see the module doc)
     # with requisites only (empty without): by element, its URL attribute (src, data), then
     # poster, then background
-    res: list[str]
-    srcset: list[str]  # <img> and <source> srcset, as written (candidates not split)
-    style: list[str]  # style attributes (CSS declarations)
-    sheets: list[str]  # <style> elements' text (raw text: no character reference decoded)
+    res: Sequence[str] = ()
+    srcset: Sequence[str] = ()  # <img> and <source> srcset, as written (candidates not split)
+    style: Sequence[str] = ()  # style attributes (CSS declarations)
+    sheets: Sequence[str] = ()  # <style> elements' text (raw text: no reference decoded)
 
 
-_Raw = tuple[str | None, list[str], list[str], list[str],
-             list[tuple[str | None, str | None]], list[str], bool,
-             list[str], list[str], list[str], list[str]]
+# what the twins return: the link lists, then with requisites the four lists of theirs
+_Links = tuple[str | None, list[str], list[str], list[str],
+               list[tuple[str | None, str | None]], list[str], bool]
+_Raw = _Links | tuple[str | None, list[str], list[str], list[str],
+                      list[tuple[str | None, str | None]], list[str], bool,
+                      list[str], list[str], list[str], list[str]]
 
 
 def scan_c(doc: bytes, requisites: bool = False) -> Scan:
@@ -161,13 +165,17 @@ def scan_py(doc: bytes, requisites: bool = False) -> Scan:
 
 def _finished(raw: _Raw) -> Scan:
     """The twins' values with their character references and NULs decoded."""
-    base, a, area, iframe, link, img, needs_tree, res, srcset, style, sheets = raw
+    base, a, area, iframe, link, img, needs_tree = raw[:7]
     if base is not None:
         base = _value(base)
     link = [(rel if rel is None else _value(rel), href if href is None else _value(href))
             for rel, href in link]
-    if sheets:  # raw text: only the input stream's newlines and NULs, no references
-        sheets = [_text(sheet) for sheet in sheets]
+    if len(raw) == 7:  # without requisites
+        return Scan(base, _values(a), _values(area), _values(iframe), link, _values(img),
+                    needs_tree)
+    res, srcset, style, sheets = raw[7:]
+    # raw text: only the input stream's newlines and NULs, no references
+    sheets = [_text(sheet) for sheet in sheets]
     return Scan(base, _values(a), _values(area), _values(iframe), link, _values(img),
                 needs_tree, _values(res), _values(srcset), _values(style), sheets)
 
@@ -220,7 +228,8 @@ def _scan_py(doc: bytes, req: bool = False) -> _Raw:
             break  # a tag cut off by the end of the page is no tag
         name = start.lower().decode("utf-8", "replace")
         if name == "frameset":
-            return None, [], [], [], [], [], True, [], [], [], []
+            return (None, [], [], [], [], [], True, [], [], [], []) if req else (
+                None, [], [], [], [], [], True)
         if req and not template:
             _requisites(name, p.attrs_of(m["attrs"]), found)
         if name in p.end_of or name == "script":
@@ -251,8 +260,10 @@ def _scan_py(doc: bytes, req: bool = False) -> _Raw:
             value = _attr(p.attrs_of(m["attrs"]), b"src" if name[0] == "i" else b"href")
             if value:
                 found["img" if name[0] == "i" else name].append(value)
-    return (base, found["a"], found["area"], found["iframe"], found["link"], found["img"],
-            False, found["res"], found["srcset"], found["style"], found["sheets"])
+    links = (base, found["a"], found["area"], found["iframe"], found["link"], found["img"], False)
+    if not req:
+        return links
+    return (*links, found["res"], found["srcset"], found["style"], found["sheets"])
 
 
 def _requisites(name: str, attrs: list[tuple[bytes, ...]], found: dict[str, list[Any]]) -> None:

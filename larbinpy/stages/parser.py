@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable
 
 from larbinpy.config import Config
-from larbinpy.links.extract import extract
+from larbinpy.links.extract import extract, extract_links
 from larbinpy.links.requisites import css_urls
 from larbinpy.links.urls import Normalizer
 from larbinpy.net.body import html_for_links
@@ -151,14 +151,21 @@ class Parser:
             try:
                 # the header, not page.content_type: its charset parameter counts
                 text = html_for_links(page.body, page.headers.get("Content-Type", ""))
-                found = extract(
-                    text, job.url, self.normalizer,
-                    follow_images=self.follow_images, max_links=self.max_links,
-                    on_too_long=self._too_long, requisites=self.requisites,
-                )
-                page.links, requisites = found.links, found.requisites
-                self.stats.links_dropped += found.dropped
-                self.stats.requisites_cut += found.requisites_cut
+                if self.requisites:
+                    found = extract(
+                        text, job.url, self.normalizer,
+                        follow_images=self.follow_images, max_links=self.max_links,
+                        on_too_long=self._too_long, requisites=True,
+                    )
+                    page.links, dropped, requisites, cut = found
+                    self.stats.requisites_cut += cut
+                else:
+                    page.links, dropped = extract_links(
+                        text, job.url, self.normalizer,
+                        follow_images=self.follow_images, max_links=self.max_links,
+                        on_too_long=self._too_long,
+                    )
+                self.stats.links_dropped += dropped
             except Exception:  # a parser bug: the page is still output, without links
                 log.exception("could not extract the links of %s", job.url)
         self.input.add_links(job, job.url, page.links)  # may raise (stateDir full)
