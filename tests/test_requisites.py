@@ -22,6 +22,7 @@ from test_warc import check, records, warc_files
 
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
+from larbinpy.daemon.status import snapshot
 from larbinpy.demo import DnsServer, Page, Site
 from larbinpy.links.requisites import CSS_MAX_CHARS, css_urls, srcset_urls
 from larbinpy.stats import Outcome
@@ -187,6 +188,8 @@ async def test_a_srcset_of_10000_candidates_is_bounded_and_counted(make_web):
     assert tw.url("w.test", "/i/first.png") in requisites
     assert crawler.stats.requisites_cut == 1
     assert crawler.stats.outcomes[Outcome.err40X] == 49  # (this server has none of them)
+    status = snapshot(crawler)  # what status.json and /metrics say
+    assert status["requisites_cut"] == 1 and status["outcomes"]["requisite"] == 1
 
 
 async def test_a_css_url_to_a_private_address_is_refused(make_web):
