@@ -12,9 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import mimetypes
+import os
 from collections import Counter
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import urldefrag, urljoin
 
+import pytest
+import tinycss2
 from conftest import CRAWL_TIMEOUT, html, until
 from revisitweb import ChangingPage, RevisitWeb
 from test_recrawl import Lab
@@ -290,3 +296,119 @@ async def test_with_recrawl_requisites_are_checked_again_only_when_their_page_ch
     assert revisits[w.url(host, "/img.png")]["WARC-Profile"].endswith("server-not-modified")
     assert revisits[w.url(host, "/plain.png")]["WARC-Profile"].endswith(
         "identical-payload-digest")
+
+
+# --- a real site: its pages' requisites, in the archive ---
+
+REAL_SITE = Path(os.environ.get(
+    "LARBINPY_REAL_SITE",
+    Path.home() / ".rustup/toolchains/stable-x86_64-unknown-linux-gnu/share/doc/rust/html/book"))
+
+
+def css_refs(text: str) -> list[str]:
+    """The url()s and @import strings of CSS, read apart from `requisites.css_urls`: a
+    recursive walk of tinycss2's component values."""
+    def walk(nodes: list) -> list[str]:
+        out, importing = [], False
+        for node in nodes:
+            if node.type in ("whitespace", "comment"):
+                continue
+            if node.type == "url" or (node.type == "string" and importing):
+                out.append(node.value)
+            elif node.type == "function":
+                out += ([a.value for a in node.arguments if a.type == "string"]
+                        if node.lower_name == "url" else walk(node.arguments))
+            elif getattr(node, "content", None) is not None:
+                out += walk(node.content)
+            importing = node.type == "at-keyword" and node.lower_value == "import"
+        return out
+
+    return walk(tinycss2.parse_component_value_list(text, skip_comments=True))
+
+
+class Referenced(HTMLParser):
+    """What a page needs to render, read apart from larbinpy's scan: the standard library's
+    HTML parser, the attributes the `requisites` key names."""
+
+    RELS = frozenset({"stylesheet", "icon", "preload", "modulepreload", "apple-touch-icon"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+        self.css: list[str] = []
+        self.in_style = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a: dict[str, str | None] = {}
+        for name, value in attrs:
+            a.setdefault(name, value)
+        wanted = [a.get("background")]
+        if tag in ("img", "script", "embed", "source", "video", "audio", "track") or (
+                tag == "input" and (a.get("type") or "").lower() == "image"):
+            wanted.append(a.get("src"))
+        if tag == "link" and self.RELS & set((a.get("rel") or "").lower().split()):
+            wanted.append(a.get("href"))
+        wanted += [a.get("poster") if tag == "video" else None,
+                   a.get("data") if tag == "object" else None]
+        if tag in ("img", "source") and a.get("srcset"):
+            wanted += [c.split()[0] for c in (a["srcset"] or "").split(",") if c.strip()]
+        self.urls += [u.strip() for u in wanted if u and u.strip()]
+        if a.get("style"):
+            self.css.append(a["style"] or "")
+        self.in_style = tag == "style"
+
+    def handle_endtag(self, tag: str) -> None:
+        self.in_style = False
+
+    def handle_data(self, data: str) -> None:
+        if self.in_style:
+            self.css.append(data)
+
+
+@pytest.mark.slow
+async def test_a_real_sites_requisites_are_in_the_warcs(make_web):
+    """The Rust book as rustup installs it (mdBook pages people wrote, their stylesheets,
+    fonts, scripts, icons and images; LARBINPY_REAL_SITE names another directory), served on
+    loopback and crawled with `output warc`, every page a seed: every page is archived, and
+    at least 98% of the requisites its pages (and their stylesheets) reference and the site
+    serves."""
+    if not (REAL_SITE / "index.html").is_file():
+        pytest.skip(f"no site in {REAL_SITE} (rustup component add rust-docs, or "
+                    "LARBINPY_REAL_SITE=DIR)")
+    files = {"/" + str(f.relative_to(REAL_SITE)): f for f in REAL_SITE.rglob("*") if f.is_file()}
+    pages = {path: Page(f.read_bytes(), content_type=mimetypes.guess_type(f.name)[0]
+                        or "application/octet-stream") for path, f in files.items()}
+    tw = await make_web([Site("book.test", "127.0.0.2", pages)])
+    html_paths = [p for p in pages if p.endswith(".html")]
+    seeds = tw.tmp / "seeds.txt"
+    seeds.write_text("".join(tw.url("book.test", p) + "\n" for p in html_paths))
+    await tw.crawl(f"seedFile {seeds}\noutput warc\ndepthInSite 100\n", timeout=600)
+    warcs = warc_files(tw.tmp)
+    check(warcs)
+    archived = {r["warc"]["WARC-Target-URI"]: r["status"] for r in records(warcs)
+                if r["type"] == "response"}
+    assert all(archived.get(tw.url("book.test", p)) == "200" for p in html_paths)
+    origin = tw.url("book.test", "/")
+
+    def served(url: str) -> bool:
+        return url.startswith(origin) and "/" + url[len(origin):] in pages
+
+    wanted: set[str] = set()
+    sheets: list[str] = []
+    for path in html_paths:
+        page_url = tw.url("book.test", path)
+        refs = Referenced()
+        refs.feed(pages[path].body.decode("utf-8", "replace"))
+        urls = [*refs.urls, *(u for text in refs.css for u in css_refs(text))]
+        found = {urldefrag(urljoin(page_url, u))[0] for u in urls} - wanted
+        wanted |= {u for u in found if served(u)}
+        sheets += [u for u in found if served(u) and u.endswith(".css")]
+    while sheets:  # and what the stylesheets they need name, recursively
+        sheet = sheets.pop()
+        text = pages["/" + sheet[len(origin):]].body.decode("utf-8", "replace")
+        found = {urldefrag(urljoin(sheet, u))[0] for u in css_refs(text)} - wanted
+        wanted |= {u for u in found if served(u)}
+        sheets += [u for u in found if served(u) and u.endswith(".css")]
+    assert len(wanted) > 50  # fonts, stylesheets, scripts, icons, images
+    kept = [u for u in wanted if archived.get(u) == "200"]
+    assert len(kept) >= 0.98 * len(wanted), sorted(set(wanted) - set(kept))[:20]
