@@ -785,6 +785,8 @@ def parse_config(text: str, path: str = "larbin.conf") -> Config:
         i = _parse_key(cfg, tokens, i)
     if "hashsize" not in cfg.lines:
         cfg.hash_size = default_hash_size(cfg.seen_set, cfg.cluster is not None)
+    if "requisites" not in cfg.lines:  # what is in force, as check-config shows it
+        cfg.requisites = cfg.wants_requisites()
     validate(cfg)
     return cfg
 
