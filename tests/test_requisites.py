@@ -29,7 +29,7 @@ from test_warc import check, records, warc_files
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
 from larbinpy.daemon.status import snapshot
-from larbinpy.demo import DnsServer, Page, Site
+from larbinpy.demo import DnsServer, Page, Site, redirect
 from larbinpy.links.requisites import CSS_MAX_CHARS, css_urls, srcset_urls
 from larbinpy.stats import Outcome
 
@@ -55,7 +55,7 @@ PAGE = """<!doctype html><html><head><title>home</title>
 <img src="http://cdn.test:{port}/logo.png" srcset="/img/a1.png 1x, /img/a2.png 2x">
 <picture><source srcset="/img/wide.webp 800w"><img src="/img/narrow.png"></picture>
 <input type=image src="/img/go.png"><video src="/v.mp4" poster="/img/poster.png"></video>
-<object data="/o.svg"></object><embed src="/e.swf">
+<object data="/o.svg"></object><embed src="/e.swf"><img src="/moved.png">
 <a href="/next.html">next</a>
 </body></html>"""
 
@@ -81,7 +81,7 @@ def web(port_holder: list[int]) -> list[Site]:
                 "h1.png", "body.png", "border.png", "a1.png", "a2.png", "wide.webp",
                 "narrow.png", "go.png", "poster.png", "bg.png", "set.png", "cursor.png")},
         }),
-        Site("cdn.test", "127.0.0.3", {"/logo.png": img()}),
+        Site("cdn.test", "127.0.0.3", {"/logo.png": img(), "/moved.png": img()}),
     ]
 
 
@@ -101,6 +101,7 @@ async def start(make_web):
     tw = await make_web(web([]))
     port = int(tw.url("w.test").rsplit(":", 1)[1].split("/")[0])
     tw.web.sites["w.test"].pages["/"] = Page(PAGE.replace("{port}", str(port)))
+    tw.web.sites["w.test"].pages["/moved.png"] = redirect(tw.url("cdn.test", "/moved.png"))
     return tw
 
 
@@ -110,12 +111,13 @@ async def test_a_pages_requisites_are_fetched_once_archived_and_marked(make_web)
         f"startUrl {tw.url('w.test')}\noutput warc\nlimitToDomain w.test end\n"
         "maxPagesPerSite 2\ndepthInSite 1\n")
     fetched = Counter(tw.pages_fetched())
-    wanted = {tw.url("w.test", p) for p in EXPECTED} | {tw.url("cdn.test", "/logo.png")}
+    wanted = {tw.url("w.test", p) for p in EXPECTED} | {
+        tw.url("cdn.test", p) for p in ("/logo.png", "/moved.png")}  # (a redirect's target)
     assert wanted <= set(fetched), wanted - set(fetched)
     assert max(fetched.values()) == 1  # once each
     # pages: the seed and its link, within maxPagesPerSite 2 whatever the requisites;
     # nothing an HTML or SVG requisite links to
-    pages = {u for u in fetched if u not in wanted}
+    pages = {u for u in fetched if u not in wanted} - {tw.url("w.test", "/moved.png")}
     assert pages == {tw.url("w.test", "/"), tw.url("w.test", "/next.html")}
     # another host, though limitToDomain names only w.test
     assert tw.web.hits_for("cdn.test")

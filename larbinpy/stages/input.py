@@ -213,7 +213,8 @@ class Input:
         if parent.hops + 1 > self.cfg.max_redirects:
             self.stats.count(Outcome.tooManyRedirects)
             return
-        reason = self.scope.check(target)
+        # (a requisite's target is one too: no scope rules, as for the requisite)
+        reason = None if parent.kind is JobKind.REQUISITE else self.scope.check(target)
         if reason:
             self.stats.count(reason)
             return
