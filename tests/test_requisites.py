@@ -5,7 +5,8 @@ Crawls of a real loopback web (real DNS, real HTTP servers on several hosts and 
 scripts, icons and media are fetched one hop past the page (another host too, whatever
 limitToDomain says), archived, marked in the crawl log; never parsed for links, never counted
 as pages. Bad input: @import loops, a 10 MiB stylesheet, a srcset of 10,000 candidates, a CSS
-url() to a private address.
+url() to a private address. With recrawl, requisites checked again (conditional GETs, revisit
+records) only when their page changed. And (slow) a real site's requisites, in the WARCs.
 """
 
 from __future__ import annotations
