@@ -461,6 +461,13 @@ class Config:
         "larbinpy", "warcPrefix", "output warc: files are named "
         "`PREFIX-YYYYMMDDhhmmss-NNNNN.warc.gz`", parse=parse_file_prefix,
     )
+    requisites: bool | None = key(
+        None, "requisites", "fetch what each HTML page needs to render (images, srcset, "
+        "stylesheets and their `url()`s and `@import`s, scripts, icons, media, embeds) once a "
+        "crawl, one hop past the page even on another site (scope rules not applied; robots.txt "
+        "and `allowNetworks` are), not counted as pages nor parsed for links",
+        parse=parse_onoff, default_doc="on with `output warc`, off otherwise",
+    )
     user_output: str | None = key(
         None, "userOutput", "a Python callable called with every fetched page (larbin's "
         "useroutput)", parse=parse_user_output,
@@ -710,6 +717,12 @@ class Config:
         chosen = self.outputs or ["save"]
         return [o for o in chosen if o != "none"]
 
+    def wants_requisites(self) -> bool:
+        """`requisites` in force: as set, else on exactly when `output warc` is."""
+        if self.requisites is not None:
+            return self.requisites
+        return "warc" in self.effective_outputs()
+
     def error(self, key: str, message: str) -> ConfigError:
         """A ConfigError pointing at the line where `key` was set."""
         return ConfigError(self.path, self.lines.get(key.lower()), message)
@@ -772,6 +785,8 @@ def parse_config(text: str, path: str = "larbin.conf") -> Config:
         i = _parse_key(cfg, tokens, i)
     if "hashsize" not in cfg.lines:
         cfg.hash_size = default_hash_size(cfg.seen_set, cfg.cluster is not None)
+    if "requisites" not in cfg.lines:  # what is in force, as check-config shows it
+        cfg.requisites = cfg.wants_requisites()
     validate(cfg)
     return cfg
 

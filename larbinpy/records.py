@@ -29,6 +29,10 @@ class JobKind(enum.IntEnum):
     # recrawl: a page fetched before, due again; its validators and digest are in the schedule
     # (looked up by URL when it is fetched), so the job itself stays as small as a first visit
     REVISIT = 2
+    # a page requisite (`requisites`): fetched once, output, not parsed for links (a
+    # stylesheet is read for its url()s and @imports); its depth is how many more levels of
+    # stylesheet nesting may follow
+    REQUISITE = 3
 
 
 @dataclass(slots=True)

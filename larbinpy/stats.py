@@ -43,6 +43,8 @@ class Outcome(enum.StrEnum):
     # recrawl: a revisit that found the page as it was (a changed page is a success)
     notModified = "notModified"  # a 304 to a conditional GET
     unchanged = "unchanged"  # a 200 whose body has the digest of the copy kept
+    # requisites: a 2xx page requisite (image, stylesheet, script...), handed to the outputs
+    requisite = "requisite"
 
 
 # The outcomes that are failures to fetch a URL the crawl wanted: the network, the server or
@@ -71,6 +73,9 @@ class Stats:
         self.bytes = 0  # body bytes read
         self.urls_seen = 0  # URLs accepted by the hash set
         self.links_dropped = 0  # links over maxLinksPerPage
+        # requisites: pages and stylesheets whose requisites were cut (over maxLinksPerPage,
+        # or CSS over requisites.CSS_MAX_CHARS)
+        self.requisites_cut = 0
         self.dns_queries = 0
         self.robots_fetches = 0
         self.output_errors = 0

@@ -183,3 +183,17 @@ def test_the_bench_server_serves_from_memory_the_pages_it_would_render(tmp_path:
                 assert page is not None and body == page.body
     too_big = SynthFactory(PRERENDER_BYTES // 15000 + 1, 1, page_bytes=15000)
     assert not too_big.prerender()
+
+
+def test_bench_measures_warc_with_and_without_the_pages_images() -> None:
+    """--images 2 --output warc: with requisites (the default with warc) every page's two
+    images, the dense pages' stylesheet and its background image are fetched and archived;
+    with `--requisites off` none is, and the archive is smaller by at least the images."""
+    args = ("--hosts", "2", "--pages", "5", "--page-shape", "dense", "--page-bytes", "6000",
+            "--images", "2", "--no-floor", "--output", "warc")
+    on, off = bench_json(*args), bench_json(*args, "--requisites", "off")
+    for result in (on, off):
+        assert result["crawl"]["pages"] == 10 and result["warnings"] == []
+    assert on["outcomes"]["requisite"] == 10 * 2 + 2 * 2  # images; site.css and bg.png a host
+    assert "requisite" not in off["outcomes"]
+    assert on["bytes_written"] - off["bytes_written"] > 24 * 8192 * 0.9

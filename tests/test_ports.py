@@ -134,7 +134,8 @@ async def test_status_page_json_and_metrics_show_the_figures(make_web):
 STATUS_FIELDS = [
     "version", "uptime_s", "pages", "bytes", "pages_per_s", "bytes_per_s", "urls_seen",
     "queued_per_priority", "queued_in_sites", "sites", "connections_open", "dns_queries",
-    "robots_fetches", "robots_refusals", "links_dropped", "output_errors", "resource_waits",
+    "robots_fetches", "robots_refusals", "links_dropped", "requisites_cut", "output_errors",
+    "resource_waits",
     "outputs", "outcomes", "errors", "history", "tls_verify", "proxy", "idle", "cluster",
     "stopping", "waiting_for", "seen_set", "recent_failures", "recrawl", "sites_view",
 ]
@@ -144,7 +145,7 @@ METRIC_FAMILIES = [
     "larbinpy_sites", "larbinpy_connections_open", "larbinpy_uptime_seconds",
     "larbinpy_tls_verify", "larbinpy_seen_bitmap_fill", "larbinpy_seen_expected_loss",
     "larbinpy_idle", "larbinpy_paused", "larbinpy_output_backlog", "larbinpy_output_errors",
-    "larbinpy_output_lost_pages", "larbinpy_links_dropped",
+    "larbinpy_output_lost_pages", "larbinpy_links_dropped", "larbinpy_requisites_cut",
 ]
 
 

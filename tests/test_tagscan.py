@@ -41,19 +41,30 @@ def twin(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     return request.param
 
 
-def hrefs(body: bytes, *, tree: bool, url: str = PAGE) -> tuple[str, list[str]]:
+def hrefs(body: bytes, *, tree: bool, url: str = PAGE,
+          requisites: bool = False) -> tuple[object, ...]:
     """(base URL, distinct hrefs by kind of element) of a page, with images, as extract.py
-    gets them. Distinct: the tree has copies of an <a> the tree builder re-opens (`<a
-    href=x><p>1<p>2`), which the link list does not."""
-    base, found = extract._page_hrefs(extract._document(body), url, Normalizer(), True, tree)
-    return base, list(dict.fromkeys(found))
+    gets them; with `requisites`, also the hrefs of what the page needs to render and whether
+    they were cut (`links/requisites.py`). Distinct: the tree has copies of an <a> the tree
+    builder re-opens (`<a href=x><p>1<p>2`), which the link list does not."""
+    base, found, req = extract._page_scan(extract._document(body), url, Normalizer(), True,
+                                          tree, requisites)
+    return (base, list(dict.fromkeys(found))) + ((req,) if requisites else ())
 
 
-def differences(pages: Iterator[tuple[str, bytes]]) -> list[tuple[str, object, object]]:
+@pytest.fixture(params=[False, True], ids=["links", "requisites"])
+def requisites(request: pytest.FixtureRequest) -> bool:
+    """A parity test runs for the scan without requisites, and with them."""
+    return bool(request.param)
+
+
+def differences(pages: Iterator[tuple[str, bytes]],
+                requisites: bool = False) -> list[tuple[str, object, object]]:
     """The pages whose scan and tree disagree: (name, scan's, tree's)."""
     out = []
     for name, body in pages:
-        scanned, built = hrefs(body, tree=False), hrefs(body, tree=True)
+        scanned = hrefs(body, tree=False, requisites=requisites)
+        built = hrefs(body, tree=True, requisites=requisites)
         if scanned != built:
             out.append((name, scanned, built))
     return out
@@ -93,10 +104,11 @@ def pydocs_pages(root: Path) -> Iterator[tuple[str, bytes]]:
     lambda: synth_pages("plain"), lambda: synth_pages("dense"), demo_pages,
     lambda: pydocs_pages(DATA / "pydocs"),
 ], ids=["synth-plain", "synth-dense", "demo", "pydocs-sample"])
-def test_the_bench_webs_and_real_pages(twin: str, pages: Callable[[], Iterator]) -> None:
+def test_the_bench_webs_and_real_pages(twin: str, pages: Callable[[], Iterator],
+                                       requisites: bool) -> None:
     listed = list(pages())
     assert listed and all(hrefs(body, tree=True)[1] for _, body in listed[:3])  # links there
-    assert differences(iter(listed)) == []
+    assert differences(iter(listed), requisites) == []
 
 
 PYDOCS = Path(os.environ.get("LARBINPY_PYDOCS", "/usr/share/doc/python3.11/html"))
@@ -142,6 +154,8 @@ def embeddings(text: str) -> Iterator[str]:
     yield f"<a href='{text}'>"
     yield f"<a href={text}>"
     yield f"<link rel=next {text} href=/n><a {text} href=/x><base {text}><a href=y>"
+    yield (f'<img src=/i srcset="{text}"><p style="{text}" background={text}>'
+           f"<source src=/s {text}><style>{text}</style><video {text} poster=/p>")
 
 
 def html5lib_pages() -> Iterator[tuple[str, bytes]]:
@@ -152,10 +166,10 @@ def html5lib_pages() -> Iterator[tuple[str, bytes]]:
             yield f"{name} /{k}", page.encode("utf-8", "surrogatepass")
 
 
-def test_html5lib_tokenizer_cases(twin: str) -> None:
+def test_html5lib_tokenizer_cases(twin: str, requisites: bool) -> None:
     listed = list(html5lib_pages())
     assert len(listed) > 5000
-    assert differences(iter(listed)) == []
+    assert differences(iter(listed), requisites) == []
 
 
 def test_every_named_character_reference(twin: str) -> None:
@@ -175,11 +189,17 @@ PIECES = ["<a href=", "<A HREF=", "<base href=", "<iframe src=", "<area href=", 
           "</title>", "<xmp>", "</", "<!", "<?", "<", ">", '"', "'", "=", "/", " ", "\t", "\n",
           "\x00", "&amp;", "&#", "&#x41;", "&not", "x", "/p", "é", "\xff", "<p>", "<div a=",
           "<noscript>", "<noembed>", "</noembed>", "<!DOCTYPE html>", "<select>", "<option>",
-          "<ScRiPt>", "</SCRIPT ", "</Title/", "<TEMPLATE>", "</Template >", "<IFRAME SRC="]
+          "<ScRiPt>", "</SCRIPT ", "</Title/", "<TEMPLATE>", "</Template >", "<IFRAME SRC=",
+          # what requisites read
+          "<img srcset=", "<source srcset=", "<source src=", "<script src=", "<video poster=",
+          "<audio src=", "<track src=", "<embed src=", "<object data=", "<input type=image src=",
+          "<INPUT TYPE=Image SRC=", "<input src=", "<div background=", "<p style=", " style=",
+          " background=", "<link rel=stylesheet href=", "<link rel='icon preload' href=",
+          "url(", ")", "@import ", "1x, ", ","]
 # (no <table> or <svg>: what they change is in KNOWN_DIFFERENCES)
 
 
-def test_random_markup(twin: str) -> None:
+def test_random_markup(twin: str, requisites: bool) -> None:
     """Random sequences of the pieces markup is made of (tags, quotes, comments, raw text,
     references, NULs, invalid UTF-8) read the same."""
     rng = random.Random(30)
@@ -189,7 +209,7 @@ def test_random_markup(twin: str) -> None:
         # the piece "\xff" as that byte: invalid UTF-8
         pages.append((repr(text), text.encode("utf-8").replace("\xff".encode(), b"\xff")))
     pages += [(f"bytes {i}", rng.randbytes(rng.randint(0, 2000))) for i in range(200)]
-    assert differences(iter(pages)) == []
+    assert differences(iter(pages), requisites) == []
 
 
 # --- the differences by design ---

@@ -87,7 +87,7 @@ class SynthServer(ChildServer):
     """`python -m larbinpy.bench.synth serve` as a child process; a context manager."""
 
     def __init__(self, hosts: int, pages: int, workdir: Path, *, page_bytes: int = 15000,
-                 links: int = 40, shape: str = "plain",
+                 links: int = 40, shape: str = "plain", images: int = 0,
                  serve_args: tuple[str, ...] = ()) -> None:
         self.hosts, self.pages = hosts, pages
         self.page_bytes, self.links, self.shape = page_bytes, links, shape
@@ -96,6 +96,6 @@ class SynthServer(ChildServer):
                          ["--hosts", str(hosts), "--pages", str(pages),
                           "--page-bytes", str(page_bytes), "--links", str(links),
                           "--page-shape", shape, "--http-port", "0", "--dns-port", "0",
-                          *serve_args], workdir, "synthetic web", hosts,
+                          "--images", str(images), *serve_args], workdir, "synthetic web", hosts,
                          READY_PER_PAGE * hosts * pages)
         self.ready_file = workdir / "synth.ready"

@@ -127,7 +127,8 @@ def crawl_config(args: argparse.Namespace, server: SynthServer, workdir: Path) -
         f"exitAtEnd\n"
         f"httpPort 0\ninputPort 0\n"
         f"output {args.output}\n"
-        f"saveDir {workdir / 'save'}\nstateDir {workdir / 'state'}\n"
+        + (f"requisites {args.requisites}\n" if args.requisites else "")
+        + f"saveDir {workdir / 'save'}\nstateDir {workdir / 'state'}\n"
         f"hashSize {HASH_BITS}\nhashFunctions {HASH_FUNCTIONS}\n"
     )
 
@@ -282,6 +283,10 @@ def report_text(result: dict[str, Any]) -> str:
              f"{result['links']} links), "
              f"{result['connections']} connections, {result['per_host']} per host, "
              f"output {result['output']} in {result.get('dir', '?')}, loop {result['loop']}"]
+    if "bytes_written" in result:
+        lines.append(f"  written: {result['bytes_written']:,} bytes (requisites "
+                     f"{result['requisites']}: {result['outcomes'].get('requisite', 0)} fetched; "
+                     f"{result['images']} images a page)")
     for name in ("crawl", "floor", "http1"):
         r = result.get(name)
         if r is None:
@@ -354,6 +359,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--per-host", type=int, default=4, help="connectionsPerHost [4]")
     p.add_argument("--output", choices=("save", "none", "links", "warc", "mirror"),
                    default="save")
+    p.add_argument("--requisites", choices=("on", "off"), default=None,
+                   help="the crawl's `requisites` key [unset: on with --output warc]")
+    p.add_argument("--images", type=int, default=0,
+                   help="images on each synthetic page (requisites) [0]")
     p.add_argument("--dir", default=None,
                    help="where the crawl's saveDir and stateDir go (a temporary folder made "
                         "there, removed after; made if missing) [/dev/shm if it has room, "
@@ -423,7 +432,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     repeat = max(1, args.repeat)
     pairs: list[dict[str, Any]] = []
     with SynthServer(args.hosts, args.pages, workdir, page_bytes=args.page_bytes,
-                     links=args.links, shape=args.page_shape) as server:
+                     links=args.links, shape=args.page_shape, images=args.images) as server:
         for r in range(repeat):
             where = workdir if repeat == 1 else workdir / f"run{r}"
             where.mkdir(exist_ok=True)
@@ -455,6 +464,7 @@ def bench_pair(args: argparse.Namespace, server: SynthServer, workdir: Path) -> 
     """One crawl, then the floor(s), against the running server: the result object."""
     starts: dict[str, list[float]] | None = {} if args.wait > 0 else None
     crawl, outcomes = run_crawl(crawl_config(args, server, workdir), workdir, starts)
+    written = sum(f.stat().st_size for f in (workdir / "save").rglob("*") if f.is_file())
     floor = run_floor(args, server) if args.floor else None
     http1 = run_http1_floor(args, server) if args.http1_floor else None
     expected = args.hosts * args.pages
@@ -480,6 +490,8 @@ def bench_pair(args: argparse.Namespace, server: SynthServer, workdir: Path) -> 
         "hosts": args.hosts, "pages_per_host": args.pages, "expected_pages": expected,
         "page_bytes": args.page_bytes, "links": args.links, "page_shape": args.page_shape,
         "connections": args.connections, "per_host": args.per_host, "output": args.output,
+        "images": args.images, "requisites": args.requisites or "default",
+        "bytes_written": written,
         "loop": loop_name(), "cpus": os.cpu_count(),
         "crawl": crawl.as_dict(), "floor": floor.as_dict() if floor else None,
         "http1": http1.as_dict() if http1 else None,

@@ -9,6 +9,11 @@ are random, 90% on the same host (root-relative, relative and absolute forms mix
 `cross_host` absolute links to other hosts. Every host serves a robots.txt disallowing
 /private/, which no page links to.
 
+Every host also serves `/static/site.css` (the stylesheet dense pages link to), whose `url()`
+names `/static/bg.png`; with `images` K, each page shows K images of its own,
+`/img/p{n}-{k}.png` (IMAGE_BYTES each): what `requisites` fetches, and most of an archive's
+bytes on real sites.
+
 Two page shapes carry the same links (`PAGE_SHAPES`): `plain` pages are paragraphs of text with
 one link each, a few hundred DOM nodes in 15 kB; `dense` pages are marked up like a forum or news
 page (a head with an inline style and script, a navigation list, then posts of nested divs,
@@ -47,6 +52,15 @@ from larbinpy.demo.web import LocalWeb, Page, Site
 DOMAIN = "bench.test"
 ROBOTS_TXT = "User-agent: *\nDisallow: /private/\n"
 _ROBOTS_PAGE = Page(body=ROBOTS_TXT.encode(), content_type="text/plain")
+IMAGE_BYTES = 8192
+# (random bytes: an image's compress no better than a real PNG's or JPEG's in an archive)
+_IMAGE = Page(body=b"\x89PNG\r\n\x1a\n" + random.Random(0).randbytes(IMAGE_BYTES - 8),
+              content_type="image/png")
+_STATIC = {
+    "/static/site.css": Page(body=b"body { background: #fff url(bg.png) repeat-x }\n"
+                                  b".post { margin: 0 0 1em }\n", content_type="text/css"),
+    "/static/bg.png": _IMAGE,
+}
 _IPS_PER_BLOCK = 250  # .1 ... .250 of each /24: avoids .0 and .255, which look odd in logs
 _LRU_SIZE = 4096
 # A web up to this many bytes of pages is rendered before the server says it is ready, and
@@ -120,10 +134,11 @@ class SynthFactory:
         cross_host: float = 0.10,
         seed: int = 1,
         shape: str = "plain",
+        images: int = 0,
     ) -> None:
         if shape not in PAGE_SHAPES:
             raise ValueError(f"page shape {shape!r} is not one of {PAGE_SHAPES}")
-        self.hosts, self.pages, self.shape = hosts, pages, shape
+        self.hosts, self.pages, self.shape, self.images = hosts, pages, shape, images
         self.page_bytes, self.links = page_bytes, links
         self.cross_host, self.seed = cross_host, seed
         self._port = port
@@ -155,9 +170,23 @@ class SynthFactory:
     def __call__(self, host: str, path_qs: str) -> Page | None:
         """The page for host + path, or None (404) if it is not part of the synthetic web."""
         h, n = self.host_index(host), self.page_number(path_qs)
-        if h is None or n is None:
+        if h is None:
             return None
+        if n is None:
+            return _STATIC.get(path_qs) or (_IMAGE if self._is_image(path_qs) else None)
         return self._render(h, n)
+
+    def _is_image(self, path_qs: str) -> bool:
+        """Whether the path is one of the pages' images, `/img/p{n}-{k}.png`."""
+        if not (path_qs.startswith("/img/p") and path_qs.endswith(".png")):
+            return False
+        n, _, k = path_qs[6:-4].partition("-")
+        return (n.isdigit() and k.isdigit() and int(n) < self.pages
+                and int(k) < self.images)
+
+    def _images(self, n: int) -> str:
+        """The `<img>` tags of page n (none unless `images`)."""
+        return "".join(f'<img src="/img/p{n}-{k}.png" alt="">\n' for k in range(self.images))
 
     def host_index(self, host: str) -> int | None:
         """i for `h{i}.bench.test` within range, else None."""
@@ -227,7 +256,7 @@ class SynthFactory:
             if href is not None:
                 parts.append(f' <a href="{href}">link {i}</a>')
             parts.append("</p>\n")
-        parts.append("</body></html>\n")
+        parts.append(f"{self._images(n)}</body></html>\n")
         return Page(body="".join(parts).encode())
 
     def _render_dense(self, h: int, n: int) -> str:
@@ -241,6 +270,7 @@ class SynthFactory:
         posts = max(1, (self.page_bytes - size) // _DENSE_POST_BYTES)
         for i in range(posts):
             parts.append(_dense_post(rng, i, rest[i::posts]))
+        parts.append(self._images(n))
         parts.append(_DENSE_FOOT)
         return "".join(parts)
 
@@ -324,6 +354,7 @@ def synth_sites(
     port: int = 0,
     max_ips: int = 1000,
     shape: str = "plain",
+    images: int = 0,
 ) -> tuple[list[Site], SynthFactory]:
     """Sites (with robots.txt) and the page factory of a synthetic web; see module docstring."""
     sites = [
@@ -331,7 +362,7 @@ def synth_sites(
         for i in range(hosts)
     ]
     factory = SynthFactory(hosts, pages, port=port, page_bytes=page_bytes, links=links,
-                           cross_host=cross_host, seed=seed, shape=shape)
+                           cross_host=cross_host, seed=seed, shape=shape, images=images)
     return sites, factory
 
 
@@ -360,7 +391,7 @@ async def _serve(args: argparse.Namespace) -> None:
     web, dns, factory = await start_synth(
         args.hosts, args.pages, http_port=args.http_port, dns_port=args.dns_port, record=False,
         page_bytes=args.page_bytes, links=args.links, cross_host=args.cross_host,
-        seed=args.seed, max_ips=args.max_ips, shape=args.page_shape,
+        seed=args.seed, max_ips=args.max_ips, shape=args.page_shape, images=args.images,
     )
     factory.prerender()  # (after the port is known: absolute links carry it)
     stop = asyncio.Event()
@@ -406,6 +437,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--cross-host", type=float, default=0.10)
     serve.add_argument("--seed", type=int, default=1)
     serve.add_argument("--max-ips", type=int, default=1000)
+    serve.add_argument("--images", type=int, default=0, help="images on each page")
     return p
 
 

@@ -128,6 +128,7 @@ def snapshot(source: StatusSource) -> dict[str, Any]:
         "robots_fetches": stats.robots_fetches,
         "robots_refusals": stats.outcomes[Outcome.forbiddenRobots],
         "links_dropped": stats.links_dropped,
+        "requisites_cut": stats.requisites_cut,
         "output_errors": stats.output_errors,
         "resource_waits": stats.resource_waits,
         "outputs": f.outputs,

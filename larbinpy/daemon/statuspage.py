@@ -161,6 +161,7 @@ def render_html(s: dict[str, Any]) -> str:
         ("DNS queries", s["dns_queries"]),
         ("robots.txt fetched / refusals", f'{s["robots_fetches"]} / {s["robots_refusals"]}'),
         ("links dropped (over maxLinksPerPage)", s["links_dropped"]),
+        ("pages and stylesheets whose requisites were cut", s.get("requisites_cut", 0)),
         ("output errors / pages lost", f'{s["output_errors"]} / {s["outputs"]["lost"]}'),
         ("uptime", f'{s["uptime_s"]:.0f} s'),
         ("HTTPS certificates", "checked" if s.get("tls_verify", True)
@@ -306,6 +307,10 @@ class _Snapshot:
         for kind in DROP_KINDS:
             dropped.add_metric([kind], s["outcomes"][kind])
         yield dropped
+        yield _counter("larbinpy_requisites_cut",
+                       "Pages and stylesheets whose requisites were cut: over maxLinksPerPage, "
+                       "or a stylesheet's CSS read only up to its first 512 KiB",
+                       s.get("requisites_cut", 0))
 
 
 def _recrawl_metrics(r: dict[str, Any]) -> Any:

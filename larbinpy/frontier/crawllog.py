@@ -53,10 +53,12 @@ _LINE = ('{"t":%.3f,"url":%s,"kind":"%s","status":%s,"bytes":%d,"ms":%d,"type":%
 def _line(e: Ended) -> str:
     """The crawl-log line of one job's outcome (`note`, when given, says why in words; with
     recrawl, `next` when the page is due again, and `new` the URLs never seen before a
-    revisit's page gave)."""
+    revisit's page gave; `requisite` marks what a page (`via`) needed to render)."""
     job, status, ctype, note, due = e.job, e.status, e.ctype, e.note, e.due
     via = job.via
     extra = "" if note is None else ',"note":' + encode_basestring(note)
+    if job.kind is JobKind.REQUISITE:
+        extra += ',"requisite":true'
     if due is not None:
         extra += f',"next":{due:.3f}'
         if job.found and job.kind is JobKind.REVISIT:

@@ -1,9 +1,12 @@
 /* larbinpy.links._tagscan: the C twin of tagscan.scan_py (see tagscan.py's docstring).
  *
- * scan(doc: bytes) -> (base, a, area, iframe, link, img, needs_tree): one pass over a page's
- * UTF-8 bytes, as the HTML tokenizer reads them, stopping only at the tags that carry links.
- * Values are str (UTF-8, invalid bytes as U+FFFD), character references not yet decoded
- * (tagscan.py does that, for both twins); None for an attribute written without "=".
+ * scan(doc: bytes, requisites: bool = False) -> (base, a, area, iframe, link, img, needs_tree,
+ * res, srcset, style, sheets): one pass over a page's UTF-8 bytes, as the HTML tokenizer reads
+ * them, stopping only at the tags that carry links -- and, with `requisites`, at every tag
+ * with attributes (any may have `style` or `background`). Values are str (UTF-8, invalid
+ * bytes as U+FFFD), character references not yet decoded (tagscan.py does that, for both
+ * twins); None for an attribute written without "=". Without `requisites` the result is
+ * the first seven values only, and the scan does what it did before them.
  * tests/test_tagscan.py holds the two to the same results.
  */
 #define PY_SSIZE_T_CLEAN
@@ -13,7 +16,9 @@
 typedef const unsigned char *ptr;
 
 enum { T_OTHER, T_A, T_AREA, T_BASE, T_IFRAME, T_LINK, T_IMG, T_SCRIPT, T_RAW, T_TEMPLATE,
-       T_FRAMESET, T_PLAINTEXT };
+       T_FRAMESET, T_PLAINTEXT,
+       /* only with requisites: the elements whose attributes name what a page needs */
+       T_SOURCE, T_INPUT, T_MEDIA, T_EMBED, T_OBJECT };
 
 /* Character classes, one table look instead of a comparison per class (init_classes). */
 enum { C_WS = 1, C_SLASH = 2, C_GT = 4, C_EQ = 8 };
@@ -63,36 +68,68 @@ static const struct { const char *name; Py_ssize_t len; int kind; } TAGS[] = {
     {"frameset", 8, T_FRAMESET}, {"plaintext", 9, T_PLAINTEXT},
 };
 
+/* A table of their own, looked at only with requisites: a crawl without them pays nothing
+ * for <source>, <video>, <object>... (and <option> is not mistaken for a maybe-<object>). */
+static const struct { const char *name; Py_ssize_t len; int kind; } REQ_TAGS[] = {
+    {"source", 6, T_SOURCE}, {"input", 5, T_INPUT}, {"video", 5, T_MEDIA},
+    {"audio", 5, T_MEDIA}, {"track", 5, T_MEDIA}, {"embed", 5, T_EMBED},
+    {"object", 6, T_OBJECT},
+};
+
 /* For each name length, a bit per first letter (a-z) that some tag of TAGS has: most tags
  * (td, li, span, div, p...) are told apart from the few that matter by one look. */
-static unsigned int FIRSTS[10];
+static unsigned int FIRSTS[10], REQ_FIRSTS[10];
 
 static void init_firsts(void) {
     size_t i;
     for (i = 0; i < sizeof TAGS / sizeof TAGS[0]; i++)
         FIRSTS[TAGS[i].len] |= 1u << (TAGS[i].name[0] - 'a');
+    for (i = 0; i < sizeof REQ_TAGS / sizeof REQ_TAGS[0]; i++)
+        REQ_FIRSTS[REQ_TAGS[i].len] |= 1u << (REQ_TAGS[i].name[0] - 'a');
 }
 
-static int kind_of(ptr s, Py_ssize_t len) {
+static int kind_of(ptr s, Py_ssize_t len, int req) {
     size_t i;
     unsigned char first = lower(s[0]);
-    if (len > 9 || first < 'a' || first > 'z' || !(FIRSTS[len] & (1u << (first - 'a'))))
+    if (len > 9 || first < 'a' || first > 'z')
         return T_OTHER;
-    for (i = 0; i < sizeof TAGS / sizeof TAGS[0]; i++)
-        if (TAGS[i].len == len && (unsigned char)TAGS[i].name[0] == first
-                && same_n(s, len, TAGS[i].name, TAGS[i].len))
-            return TAGS[i].kind;
+    if (FIRSTS[len] & (1u << (first - 'a')))
+        for (i = 0; i < sizeof TAGS / sizeof TAGS[0]; i++)
+            if (TAGS[i].len == len && (unsigned char)TAGS[i].name[0] == first
+                    && same_n(s, len, TAGS[i].name, TAGS[i].len))
+                return TAGS[i].kind;
+    if (req && (REQ_FIRSTS[len] & (1u << (first - 'a'))))
+        for (i = 0; i < sizeof REQ_TAGS / sizeof REQ_TAGS[0]; i++)
+            if (REQ_TAGS[i].len == len && (unsigned char)REQ_TAGS[i].name[0] == first
+                    && same_n(s, len, REQ_TAGS[i].name, REQ_TAGS[i].len))
+                return REQ_TAGS[i].kind;
     return T_OTHER;
 }
 
 /* The wanted attributes of one tag: the first occurrence of each name counts. */
+#define MAX_WANTED 4
 typedef struct {
-    const char *names[2];
-    Py_ssize_t name_len[2];
-    int seen[2];
-    ptr value[2];  /* NULL: written without "=" */
-    Py_ssize_t len[2];
+    int count;
+    const char *names[MAX_WANTED];
+    Py_ssize_t name_len[MAX_WANTED];
+    int seen[MAX_WANTED];
+    ptr value[MAX_WANTED];  /* NULL: written without "=" */
+    Py_ssize_t len[MAX_WANTED];
 } attrs_t;
+
+/* Wants attribute `name` (lower case, a literal); its index in `want`. */
+#define WANTS(want, name) wants_n(&(want), name, (Py_ssize_t)sizeof(name) - 1)
+static int wants_n(attrs_t *want, const char *name, Py_ssize_t len) {
+    int k = want->count++;
+    want->names[k] = name;
+    want->name_len[k] = len;
+    return k;
+}
+
+/* The value of wanted attribute k when it has a non-empty one. */
+static int has_value(const attrs_t *want, int k) {
+    return k >= 0 && want->seen[k] && want->value[k] != NULL && want->len[k] > 0;
+}
 
 /* Reads a tag's attributes from i; returns the index after its ">", or -1 at the end of the
  * page (a tag cut off there is no tag). */
@@ -137,8 +174,8 @@ static Py_ssize_t read_attrs(ptr b, Py_ssize_t n, Py_ssize_t i, attrs_t *want) {
         }
         if (want == NULL)
             continue;
-        for (k = 0; k < 2; k++) {
-            if (want->names[k] && !want->seen[k]
+        for (k = 0; k < want->count; k++) {
+            if (!want->seen[k]
                     && same_n(b + name, name_end - name, want->names[k], want->name_len[k])) {
                 want->seen[k] = 1;
                 want->value[k] = value;
@@ -245,26 +282,86 @@ static PyObject *value_or_none(ptr s, Py_ssize_t len, int seen) {
     return PyUnicode_DecodeUTF8((const char *)s, len, "replace");
 }
 
-static PyObject *scan(PyObject *self, PyObject *arg) {
+/* The lists scan() fills, in the order of its result. */
+enum { L_A, L_AREA, L_IFRAME, L_LINK, L_IMG, L_RES, L_SRCSET, L_STYLE, L_SHEETS, N_LISTS };
+
+/* Indexes in `want` of the attributes a requisite scan reads (-1: not wanted). */
+typedef struct { int src, srcset, type, poster, style, background; } req_t;
+
+/* With requisites: besides what the tag's kind wants, its URL-bearing attributes, and the
+ * `style` and `background` any element may have. */
+static void want_requisites(int kind, attrs_t *want, req_t *r) {
+    r->src = r->srcset = r->type = r->poster = -1;
+    if (kind == T_IMG) {
+        r->srcset = WANTS(*want, "srcset");
+    } else if (kind == T_SOURCE) {
+        r->src = WANTS(*want, "src");
+        r->srcset = WANTS(*want, "srcset");
+    } else if (kind == T_SCRIPT || kind == T_EMBED) {
+        r->src = WANTS(*want, "src");
+    } else if (kind == T_INPUT) {
+        r->type = WANTS(*want, "type");
+        r->src = WANTS(*want, "src");
+    } else if (kind == T_MEDIA) {
+        r->src = WANTS(*want, "src");
+        r->poster = WANTS(*want, "poster");
+    } else if (kind == T_OBJECT) {
+        r->src = WANTS(*want, "data");
+    }
+    r->style = WANTS(*want, "style");
+    r->background = WANTS(*want, "background");
+}
+
+/* The requisites a tag's attributes name, onto their lists (tagscan.py's order: the URL
+ * attributes, poster, background; srcset; style). -1 when an append failed. */
+static int add_requisites(int kind, const attrs_t *w, const req_t *r, PyObject **lists) {
+    int src = has_value(w, r->src);
+    if (kind == T_INPUT)  /* <input type=image src>: only an image button's src */
+        src = src && has_value(w, r->type) && same(w->value[r->type], w->len[r->type], "image");
+    if (src && append_str(lists[L_RES], w->value[r->src], w->len[r->src]) < 0)
+        return -1;
+    if (has_value(w, r->poster)
+            && append_str(lists[L_RES], w->value[r->poster], w->len[r->poster]) < 0)
+        return -1;
+    if (has_value(w, r->background)
+            && append_str(lists[L_RES], w->value[r->background], w->len[r->background]) < 0)
+        return -1;
+    if (has_value(w, r->srcset)
+            && append_str(lists[L_SRCSET], w->value[r->srcset], w->len[r->srcset]) < 0)
+        return -1;
+    if (has_value(w, r->style)
+            && append_str(lists[L_STYLE], w->value[r->style], w->len[r->style]) < 0)
+        return -1;
+    return 0;
+}
+
+static PyObject *scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer view;
     ptr b;
     Py_ssize_t n, pos = 0;
-    int template = 0, needs_tree = 0, failed = 0;
-    PyObject *lists[5] = {NULL, NULL, NULL, NULL, NULL};  /* a, area, iframe, link, img */
+    int template = 0, needs_tree = 0, failed = 0, req = 0;
+    PyObject *lists[N_LISTS] = {NULL};
     PyObject *base = NULL, *result = NULL;
     int k;
     (void)self;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "scan(doc, requisites=False, /)");
+        return NULL;
+    }
+    if (nargs == 2 && (req = PyObject_IsTrue(args[1])) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
     b = view.buf;
     n = view.len;
-    for (k = 0; k < 5; k++)
+    for (k = 0; k < (req ? N_LISTS : L_RES); k++)  /* without requisites, only the links' */
         if ((lists[k] = PyList_New(0)) == NULL)
             goto done;
     while (pos < n && !failed) {
         Py_ssize_t p, end, q;
         int kind;
         attrs_t want;
+        req_t r;
         if ((p = next_lt(b, n, pos)) < 0)
             break;
         p++;
@@ -303,30 +400,33 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         }
         if (!is_alpha(b[p])) { pos = p; continue; }  /* a "<" that opens nothing */
         end = name_end(b, n, p);
-        kind = kind_of(b + p, end - p);
+        kind = kind_of(b + p, end - p, req);
         if (kind == T_OTHER && end < n && b[end] == '>') {  /* <td>, <li>, <p>...: nothing to read */
             pos = end + 1;
             continue;
         }
-        memset(&want, 0, sizeof want);
+        want.count = 0;
+        memset(want.seen, 0, sizeof want.seen);
         if (kind == T_A || kind == T_AREA || kind == T_BASE) {
-            want.names[0] = "href";
-            want.name_len[0] = 4;
+            WANTS(want, "href");
         } else if (kind == T_IFRAME || kind == T_IMG) {
-            want.names[0] = "src";
-            want.name_len[0] = 3;
+            WANTS(want, "src");
         } else if (kind == T_LINK) {
-            want.names[0] = "rel";
-            want.name_len[0] = 3;
-            want.names[1] = "href";
-            want.name_len[1] = 4;
+            WANTS(want, "rel");
+            WANTS(want, "href");
         }
-        q = read_attrs(b, n, end, (kind == T_OTHER || template) ? NULL : &want);
+        if (req && !template)
+            want_requisites(kind, &want, &r);
+        q = read_attrs(b, n, end, ((kind == T_OTHER && !req) || template) ? NULL : &want);
         if (q < 0)
             break;  /* cut off by the end of the page: no tag */
         pos = q;
         if (kind == T_FRAMESET) {
             needs_tree = 1;
+            break;
+        }
+        if (req && !template && add_requisites(kind, &want, &r, lists) < 0) {
+            failed = 1;
             break;
         }
         if (kind == T_PLAINTEXT)
@@ -341,7 +441,7 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         }
         if (kind == T_IFRAME) {  /* its src, then its content: raw text */
             if (!template && want.seen[0] && want.value[0] != NULL && want.len[0] > 0)
-                failed = append_str(lists[2], want.value[0], want.len[0]) < 0;
+                failed = append_str(lists[L_IFRAME], want.value[0], want.len[0]) < 0;
             pos = raw_end(b, n, pos, "iframe");
             continue;
         }
@@ -351,16 +451,20 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
             for (w = 0; w < end - p; w++)
                 word[w] = (char)lower(b[p + w]);
             word[w] = 0;
-            pos = raw_end(b, n, pos, word);
+            q = raw_end(b, n, pos, word);
+            /* a <style> block's text: the stylesheet a page carries (an empty one: nothing) */
+            if (req && !template && q > pos && strcmp(word, "style") == 0)
+                failed = append_str(lists[L_SHEETS], b + pos, q - pos) < 0;
+            pos = q;
             continue;
         }
-        if (template || kind == T_OTHER)
+        if (template || kind == T_OTHER || kind >= T_SOURCE)
             continue;
         if (kind == T_LINK) {
             PyObject *rel = value_or_none(want.value[0], want.len[0], want.seen[0]);
             PyObject *href = rel ? value_or_none(want.value[1], want.len[1], want.seen[1]) : NULL;
             PyObject *pair = href ? PyTuple_Pack(2, rel, href) : NULL;
-            failed = pair == NULL || PyList_Append(lists[3], pair) < 0;
+            failed = pair == NULL || PyList_Append(lists[L_LINK], pair) < 0;
             Py_XDECREF(rel);
             Py_XDECREF(href);
             Py_XDECREF(pair);
@@ -370,21 +474,29 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
                 failed = base == NULL;
             }
         } else if (want.seen[0] && want.value[0] != NULL && want.len[0] > 0) {
-            int list = kind == T_A ? 0 : kind == T_AREA ? 1 : 4;
+            int list = kind == T_A ? L_A : kind == T_AREA ? L_AREA : L_IMG;
             failed = append_str(lists[list], want.value[0], want.len[0]) < 0;
         }
     }
     if (failed)
         goto done;
     if (needs_tree) {
-        for (k = 0; k < 5; k++)
-            PyList_SetSlice(lists[k], 0, PyList_GET_SIZE(lists[k]), NULL);
+        for (k = 0; k < N_LISTS; k++)
+            if (lists[k] != NULL)
+                PyList_SetSlice(lists[k], 0, PyList_GET_SIZE(lists[k]), NULL);
         Py_CLEAR(base);
     }
-    result = Py_BuildValue("(OOOOOOO)", base ? base : Py_None, lists[0], lists[1], lists[2],
-                           lists[3], lists[4], needs_tree ? Py_True : Py_False);
+    if (req)
+        result = Py_BuildValue("(OOOOOOOOOOO)", base ? base : Py_None, lists[L_A],
+                               lists[L_AREA], lists[L_IFRAME], lists[L_LINK], lists[L_IMG],
+                               needs_tree ? Py_True : Py_False, lists[L_RES], lists[L_SRCSET],
+                               lists[L_STYLE], lists[L_SHEETS]);
+    else  /* the scan as it was before requisites: seven values */
+        result = Py_BuildValue("(OOOOOOO)", base ? base : Py_None, lists[L_A], lists[L_AREA],
+                               lists[L_IFRAME], lists[L_LINK], lists[L_IMG],
+                               needs_tree ? Py_True : Py_False);
 done:
-    for (k = 0; k < 5; k++)
+    for (k = 0; k < N_LISTS; k++)
         Py_XDECREF(lists[k]);
     Py_XDECREF(base);
     PyBuffer_Release(&view);
@@ -392,7 +504,8 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"scan", scan, METH_O, "The link-bearing attributes of a page's UTF-8 bytes (tagscan.py)."},
+    {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL,
+     "The link-bearing attributes of a page's UTF-8 bytes (tagscan.py)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -21,15 +21,16 @@ import re
 from collections.abc import Callable, Iterable
 from itertools import repeat
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from larbinpy.links.tagscan import scan
+from larbinpy.links.requisites import page_requisites
+from larbinpy.links.tagscan import Scan, scan
 from larbinpy.links.urls import Normalizer
 
 if TYPE_CHECKING:
     from selectolax.lexbor import LexborHTMLParser
 
-__all__ = ["NAV_RELS", "extract_links"]
+__all__ = ["NAV_RELS", "Extracted", "extract", "extract_links"]
 
 # Link-bearing elements and the attribute that holds the URL. `tree.tags(name)` walks, not
 # one CSS selector query over the same elements: lexbor sets its selector engine up per query
@@ -51,6 +52,15 @@ _AS_CP1252 = frozenset({"iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "a
                         "us-ascii", "iso_8859-1", "cp819", "ibm819", "windows-1252"})
 
 
+class Extracted(NamedTuple):
+    """What `extract` found in a page."""
+
+    links: list[str]  # absolute canonical links, de-duplicated
+    dropped: int  # distinct hrefs dropped, unresolved, past max_links
+    requisites: list[str]  # with `requisites`: what the page needs to render, canonical
+    requisites_cut: bool  # more requisites than max_links (the rest dropped), or a cut <style>
+
+
 def extract_links(
     body: bytes,
     page_url: str,
@@ -63,18 +73,51 @@ def extract_links(
 ) -> tuple[list[str], int]:
     """Absolute canonical http(s) links of an HTML page, de-duplicated (in document order per
     kind of element: <a> first, then areas, frames, navigation <link>s, images), and how many
-    distinct hrefs were dropped, unresolved, once max_links were found. Hrefs longer than the
-    normalizer accepts are spider traps: their number goes to `on_too_long` (when not 0).
-    A page over LARGE_PAGE is read in pieces (`_extract_large`). `tree` builds lexbor's tree
-    of every page instead of scanning it: the reference the scan is tested against."""
+    distinct hrefs were dropped, unresolved, once max_links were found (`extract` without
+    requisites, by the shortest path: most crawls' every page)."""
     if len(body) > LARGE_PAGE:
-        return _extract_large(body, page_url, normalizer, follow_images, max_links, on_too_long,
-                              tree)
+        found = _extract_large(body, page_url, normalizer, follow_images, max_links,
+                               on_too_long, tree, False)
+        return found.links, found.dropped
     doc = _document(body)
-    base, hrefs = _page_hrefs(doc, page_url, normalizer, follow_images, tree)
+    base, hrefs, _ = _page_scan(doc, page_url, normalizer, follow_images, tree, False)
     hrefs = _without_fragments(_drop_too_long(hrefs, normalizer.max_length, on_too_long))
     # past max_links, the rest is counted (distinct raw hrefs), not resolved
     return normalizer.resolve_upto(base, hrefs, max_links)
+
+
+def extract(
+    body: bytes,
+    page_url: str,
+    normalizer: Normalizer,
+    *,
+    follow_images: bool = False,
+    max_links: int = 10000,
+    on_too_long: Callable[[int], None] | None = None,
+    tree: bool = False,
+    requisites: bool = False,
+) -> Extracted:
+    """An HTML page's links (`extract_links`) and, with `requisites`, its requisites
+    (`requisites.py`; at most max_links, de-duplicated, in the scan's order), both from one
+    scan. Hrefs longer than the normalizer accepts are spider traps: their number goes to
+    `on_too_long` (when not 0). A page over LARGE_PAGE is read in pieces (`_extract_large`).
+    `tree` builds lexbor's tree of every page instead of scanning it: the reference the scan
+    is tested against."""
+    if len(body) > LARGE_PAGE:
+        return _extract_large(body, page_url, normalizer, follow_images, max_links, on_too_long,
+                              tree, requisites)
+    doc = _document(body)
+    base, hrefs, req = _page_scan(doc, page_url, normalizer, follow_images, tree, requisites)
+    hrefs = _without_fragments(_drop_too_long(hrefs, normalizer.max_length, on_too_long))
+    # past max_links, the rest is counted (distinct raw hrefs), not resolved
+    links, dropped = normalizer.resolve_upto(base, hrefs, max_links)
+    if req is None:
+        return Extracted(links, dropped, [], False)
+    req_hrefs, cut = req
+    req_hrefs = _without_fragments(_drop_too_long(req_hrefs, normalizer.max_length,
+                                                  on_too_long))
+    urls, left = normalizer.resolve_upto(base, req_hrefs, max_links)
+    return Extracted(links, dropped, urls, cut or left > 0)
 
 
 def _document(body: bytes) -> bytes:
@@ -100,10 +143,20 @@ def _document(body: bytes) -> bytes:
 def _page_hrefs(
     doc: bytes, page_url: str, normalizer: Normalizer, follow_images: bool, tree: bool
 ) -> tuple[str, list[str]]:
-    """The base URL of a page (or piece of one) and its hrefs by kind of element: scanned
+    """The base URL of a page (or piece of one) and its hrefs by kind of element."""
+    base, hrefs, _ = _page_scan(doc, page_url, normalizer, follow_images, tree, False)
+    return base, hrefs
+
+
+def _page_scan(
+    doc: bytes, page_url: str, normalizer: Normalizer, follow_images: bool, tree: bool,
+    requisites: bool, limit: int = 10000,
+) -> tuple[str, list[str], tuple[list[str], bool] | None]:
+    """The base URL of a page (or piece of one), its hrefs by kind of element and, with
+    `requisites`, its requisites' hrefs (at most `limit`) and whether some were cut: scanned
     (`tagscan.scan`), or from lexbor's tree where the scan cannot tell (a <frameset>)."""
     if not tree:
-        found = scan(doc)
+        found = scan(doc, requisites) if requisites else scan(doc)
         if not found.needs_tree:
             # (most pages have no <area>, <iframe> nor navigation <link>: no call for those)
             hrefs = _stripped(found.a)
@@ -115,7 +168,8 @@ def _page_hrefs(
                 hrefs += _stripped(href for rel, href in found.link if _is_nav(rel))
             if follow_images and found.img:
                 hrefs += _stripped(found.img)
-            return _resolved_base(found.base, page_url, normalizer), hrefs
+            req = page_requisites(found, limit) if requisites else None
+            return _resolved_base(found.base, page_url, normalizer), hrefs, req
     lexbor = _lexbor()
     # The tree as parsed, without lexbor's after-parse DOM updates, which cost parse time. The
     # only update that touches links is <selectedcontent> mirroring the chosen <option>:
@@ -123,7 +177,8 @@ def _page_hrefs(
     # <selectedcontent> itself are kept (a browser would replace them) -- the source's links,
     # not the rendered DOM's.
     parsed = lexbor.LexborHTMLParser(doc, options=lexbor.LexborDocumentOptions.WO_EVENTS)
-    return _base(parsed, page_url, normalizer), _hrefs(parsed, follow_images)
+    req = page_requisites(_tree_requisites(parsed), limit) if requisites else None
+    return _base(parsed, page_url, normalizer), _hrefs(parsed, follow_images), req
 
 
 def _stripped(values: Iterable[str | None]) -> list[str]:
@@ -135,8 +190,8 @@ def _stripped(values: Iterable[str | None]) -> list[str]:
 
 def _extract_large(
     body: bytes, page_url: str, normalizer: Normalizer, follow_images: bool, max_links: int,
-    on_too_long: Callable[[int], None] | None, tree: bool,
-) -> tuple[list[str], int]:
+    on_too_long: Callable[[int], None] | None, tree: bool, requisites: bool,
+) -> Extracted:
     """`extract_links` for a page over LARGE_PAGE, read SEGMENT bytes at a time.
 
     A piece is cut just before a `<`, so every tag is whole; the memory a piece takes (its
@@ -149,22 +204,31 @@ def _extract_large(
     """
     doc = _document(body)
     links: dict[str, None] = {}
+    req_urls: dict[str, None] = {}
     dropped = 0
+    cut = False
     base = page_url
     start = 0
     while start < len(doc):
         end = doc.find(b"<", start + SEGMENT) if len(doc) - start > SEGMENT else -1
         end = len(doc) if end < 0 else end
-        piece_base, hrefs = _page_hrefs(doc[start:end], page_url, normalizer, follow_images,
-                                        tree)
+        room = max(max_links - len(req_urls), 0)
+        piece_base, hrefs, req = _page_scan(doc[start:end], page_url, normalizer,
+                                            follow_images, tree, requisites, room)
         if start == 0:
             base = piece_base
         hrefs = _without_fragments(_drop_too_long(hrefs, normalizer.max_length, on_too_long))
         found, left = normalizer.resolve_upto(base, hrefs, max(max_links - len(links), 0))
         links.update(dict.fromkeys(found))
         dropped += left
+        if req is not None:
+            req_hrefs = _without_fragments(_drop_too_long(req[0], normalizer.max_length,
+                                                          on_too_long))
+            found, left = normalizer.resolve_upto(base, req_hrefs, room)
+            req_urls.update(dict.fromkeys(found))
+            cut |= req[1] or left > 0
         start = end
-    return list(links), dropped
+    return Extracted(list(links), dropped, list(req_urls), cut)
 
 
 def _codec(body: bytes) -> str:
@@ -273,6 +337,47 @@ def _hrefs(tree: LexborHTMLParser, follow_images: bool) -> list[str]:
     if follow_images:
         hrefs += _stripped(node.attrs.get("src") for node in tree.tags("img"))
     return hrefs
+
+
+def _tree_requisites(tree: LexborHTMLParser) -> Scan:
+    """What the scan finds with requisites, read from lexbor's tree in document order (the
+    scan's reference, and its stand-in for a <frameset> page): a Scan whose other lists are
+    empty."""
+    img: list[str] = []
+    link: list[tuple[str | None, str | None]] = []
+    res: list[str] = []
+    srcset: list[str] = []
+    style: list[str] = []
+    sheets: list[str] = []
+    for node in tree.root.traverse() if tree.root is not None else ():
+        tag = node.tag
+        if not tag or tag[0] == "-":  # a comment, doctype or text: "-comment", "-text"...
+            continue
+        attrs = node.attrs
+        if tag == "img":
+            img.append(attrs.get("src") or "")
+        elif tag == "link":
+            link.append((attrs.get("rel"), attrs.get("href")))
+        elif tag == "style":
+            sheets.append(node.text(deep=True))
+        first, second = _TREE_REQ_ATTRS.get(tag or "", (None, None))
+        if first and (tag != "input" or (attrs.get("type") or "").lower() == "image"):
+            res.append(attrs.get(first) or "")
+        if second:
+            res.append(attrs.get(second) or "")
+        res.append(attrs.get("background") or "")
+        if tag in ("img", "source"):
+            srcset.append(attrs.get("srcset") or "")
+        style.append(attrs.get("style") or "")
+    return Scan(None, [], [], [], link, _stripped(img), False, _stripped(res),
+                list(filter(None, srcset)), list(filter(None, style)), list(filter(None, sheets)))
+
+
+# The tree's twin of tagscan's _REQ_ATTRS (lexbor names <image> img)
+_TREE_REQ_ATTRS = {"source": ("src", None), "script": ("src", None), "embed": ("src", None),
+                   "input": ("src", None), "video": ("src", "poster"),
+                   "audio": ("src", "poster"), "track": ("src", "poster"),
+                   "object": ("data", None)}
 
 
 def _is_nav(rel: str | None) -> bool:

@@ -2,7 +2,12 @@
 
 `extract.py` hands over a page as UTF-8 bytes (transcoded first if it is in another
 encoding); `scan` returns the page's first `<base href>` and the URLs of its `<a>`,
-`<area>`, `<iframe>`, `<link>` and `<img>` tags, the way the HTML Standard's tokenizer
+`<area>`, `<iframe>`, `<link>` and `<img>` tags; with `requisites` (`output warc`: what a
+page needs to render, see `requisites.py`) also the `src` of `<script>`, `<source>`,
+`<embed>`, `<video>`, `<audio>`, `<track>` and `<input type=image>`, `<video poster>`,
+`<object data>`, every `background` attribute, the `srcset` of `<img>` and `<source>`, every
+`style` attribute and the text of every `<style>` element. It reads them the way the HTML
+Standard's tokenizer
 reads them: comments, bogus comments and doctypes skipped; `<script>` (with its escaped and
 double-escaped states), `<style>`, `<xmp>`, `<iframe>`, `<noembed>`, `<noframes>` read as
 raw text, `<textarea>` and `<title>` as RCDATA, everything after `<plaintext>` as text;
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from html.entities import html5 as _ENTITIES
 from typing import Any, NamedTuple
 
@@ -45,6 +51,13 @@ __all__ = ["Scan", "scan", "scan_py", "scan_c"]
 
 # Tags whose start the scanner stops at. `image` is the tree builder's alias of `img`.
 _LINK_TAGS = ("a", "area", "base", "iframe", "link", "img", "image")
+# With requisites: the elements whose attributes name something the page needs besides
+# those (every other tag is read too: any may have `style` or `background`), and which
+# attributes: (the URL attribute, the second one or None).
+_REQ_ATTRS = {"source": (b"src", None), "script": (b"src", None), "embed": (b"src", None),
+              "input": (b"src", None), "video": (b"src", b"poster"),
+              "audio": (b"src", b"poster"), "track": (b"src", b"poster"),
+              "object": (b"data", None), "img": (None, None), "image": (None, None)}
 _RAW_TEXT = ("script", "style", "xmp", "iframe", "noembed", "noframes", "textarea", "title")
 _STOP = sorted({*_LINK_TAGS, *_RAW_TEXT, "template", "frameset", "plaintext"},
                key=len, reverse=True)  # longest first: "area" before "a"
@@ -75,6 +88,10 @@ _SKIP = (
 # After the skip: a start tag that matters, a </template>, or the end of the page.
 _NEXT_SRC = (rf"{_SKIP}(?:<(?P<start>{_NAMES}){_DELIM}(?P<attrs>{_ATTRS})(?P<end>>|\Z)"
              rf"|</(?P<close>template){_DELIM}{_TAG_END}|\Z)")
+# With requisites, every start tag matters: the same skip without its "other start tags".
+_SKIP_REQ = _SKIP.replace(rf"|<(?!(?:{_NAMES}){_DELIM})[A-Za-z]{_TAG_END}", "")
+_NEXT_REQ_SRC = (rf"{_SKIP_REQ}(?:<(?P<start>[A-Za-z][^{_WS}/>]*+)(?P<attrs>{_ATTRS})"
+                 rf"(?P<end>>|\Z)|</(?P<close>template){_DELIM}{_TAG_END}|\Z)")
 _FLAGS = re.I | re.S
 # (name, "=" and the spaces around it, double-quoted value, single-quoted, unquoted)
 _ATTR_SRC = (rf"([^{_WS}/>][^{_WS}/>=]*)"
@@ -94,6 +111,7 @@ class _Pure:
 
     def __init__(self) -> None:
         self.next = _compile(_NEXT_SRC, _FLAGS).match
+        self.next_req = _compile(_NEXT_REQ_SRC, _FLAGS).match
         self.attrs_of = _compile(_ATTR_SRC).findall
         self.end_of = {name: _compile(rf"</{name}{_DELIM}", re.I).search
                        for name in _RAW_TEXT if name != "script"}
@@ -119,31 +137,54 @@ class Scan(NamedTuple):
     link: list[tuple[str | None, str | None]]  # (rel, href) of every <link>
     img: list[str]  # <img> and <image> src
     needs_tree: bool  # a <frameset>: the caller must build the tree (see the module doc)
+    # with requisites only (empty without): by element, its URL attribute (src, data), then
+    # poster, then background
+    res: Sequence[str] = ()
+    srcset: Sequence[str] = ()  # <img> and <source> srcset, as written (candidates not split)
+    style: Sequence[str] = ()  # style attributes (CSS declarations)
+    sheets: Sequence[str] = ()  # <style> elements' text (raw text: no reference decoded)
 
 
-_Raw = tuple[str | None, list[str], list[str], list[str],
-             list[tuple[str | None, str | None]], list[str], bool]
+# what the twins return: the link lists, then with requisites the four lists of theirs
+_Links = tuple[str | None, list[str], list[str], list[str],
+               list[tuple[str | None, str | None]], list[str], bool]
+_Raw = _Links | tuple[str | None, list[str], list[str], list[str],
+                      list[tuple[str | None, str | None]], list[str], bool,
+                      list[str], list[str], list[str], list[str]]
 
 
-def scan_c(doc: bytes) -> Scan:
+def scan_c(doc: bytes, requisites: bool = False) -> Scan:
     """`scan` by the C twin (AttributeError where it was not built)."""
-    return _finished(_tagscan.scan(doc))
+    return _finished(_tagscan.scan(doc, requisites) if requisites else _tagscan.scan(doc))
 
 
-def scan_py(doc: bytes) -> Scan:
+def scan_py(doc: bytes, requisites: bool = False) -> Scan:
     """`scan` in pure Python."""
-    return _finished(_scan_py(doc))
+    return _finished(_scan_py(doc, requisites))
 
 
 def _finished(raw: _Raw) -> Scan:
     """The twins' values with their character references and NULs decoded."""
-    base, a, area, iframe, link, img, needs_tree = raw
+    base, a, area, iframe, link, img, needs_tree = raw[:7]
     if base is not None:
         base = _value(base)
     link = [(rel if rel is None else _value(rel), href if href is None else _value(href))
             for rel, href in link]
+    if len(raw) == 7:  # without requisites
+        return Scan(base, _values(a), _values(area), _values(iframe), link, _values(img),
+                    needs_tree)
+    res, srcset, style, sheets = raw[7:]
+    # raw text: only the input stream's newlines and NULs, no references
+    sheets = [_text(sheet) for sheet in sheets]
     return Scan(base, _values(a), _values(area), _values(iframe), link, _values(img),
-                needs_tree)
+                needs_tree, _values(res), _values(srcset), _values(style), sheets)
+
+
+def _text(text: str) -> str:
+    """Raw text as the tokenizer hands it over: CR LF and CR as LF, NUL as U+FFFD."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text.replace("\x00", "\ufffd")
 
 
 def _values(values: list[str]) -> list[str]:
@@ -164,15 +205,17 @@ def _value(text: str) -> str:
     return text.replace("\x00", "\ufffd")
 
 
-def _scan_py(doc: bytes) -> _Raw:
+def _scan_py(doc: bytes, req: bool = False) -> _Raw:
     """The raw twin of `_tagscan.scan`: values decoded from UTF-8, references not yet."""
     p = _pure()
-    found: dict[str, list[Any]] = {"a": [], "area": [], "iframe": [], "link": [], "img": []}
+    found: dict[str, list[Any]] = {k: [] for k in (
+        "a", "area", "iframe", "link", "img", "res", "srcset", "style", "sheets")}
     base: str | None = None
     template = 0  # depth of <template>s: their content is not in the document
     pos = 0
+    next_tag = p.next_req if req else p.next
     while True:
-        m = p.next(doc, pos)
+        m = next_tag(doc, pos)
         assert m is not None  # the pattern matches everywhere: its last alternative is \Z
         pos = m.end()
         start = m["start"]
@@ -183,20 +226,29 @@ def _scan_py(doc: bytes) -> _Raw:
             continue
         if not m["end"]:
             break  # a tag cut off by the end of the page is no tag
-        name = start.lower().decode("ascii")
+        name = start.lower().decode("utf-8", "replace")
+        if name == "frameset":
+            return (None, [], [], [], [], [], True, [], [], [], []) if req else (
+                None, [], [], [], [], [], True)
+        if req and not template:
+            _requisites(name, p.attrs_of(m["attrs"]), found)
         if name in p.end_of or name == "script":
             if name == "iframe" and not template:
                 src = _attr(p.attrs_of(m["attrs"]), b"src")
                 if src:
                     found["iframe"].append(src)
-            pos = _script_end(p, doc, pos) if name == "script" else _raw_end(p, name, doc, pos)
+            if name == "script":
+                pos = _script_end(p, doc, pos)
+            else:
+                end = _raw_end(p, name, doc, pos)
+                if req and not template and name == "style" and end > pos:
+                    found["sheets"].append(doc[pos:end].decode("utf-8", "replace"))
+                pos = end
         elif name == "template":
             template += 1
         elif name == "plaintext":
             break  # the rest of the page is text
-        elif name == "frameset":
-            return None, [], [], [], [], [], True
-        elif template:
+        elif template or name not in _LINK_TAGS:
             continue
         elif name == "link":
             attrs = p.attrs_of(m["attrs"])
@@ -208,8 +260,36 @@ def _scan_py(doc: bytes) -> _Raw:
             value = _attr(p.attrs_of(m["attrs"]), b"src" if name[0] == "i" else b"href")
             if value:
                 found["img" if name[0] == "i" else name].append(value)
-    return (base, found["a"], found["area"], found["iframe"], found["link"], found["img"],
-            False)
+    links = (base, found["a"], found["area"], found["iframe"], found["link"], found["img"], False)
+    if not req:
+        return links
+    return (*links, found["res"], found["srcset"], found["style"], found["sheets"])
+
+
+def _requisites(name: str, attrs: list[tuple[bytes, ...]], found: dict[str, list[Any]]) -> None:
+    """What one start tag's attributes name that the page needs to render, onto `found`'s
+    lists (in the C twin's order: the URL attribute, poster, background; srcset; style)."""
+    first, second = _REQ_ATTRS.get(name, (None, None))
+    if first is not None:
+        value = _attr(attrs, first)
+        if value and (name != "input" or _is_image(_attr(attrs, b"type"))):
+            found["res"].append(value)
+    if second is not None and (value := _attr(attrs, second)):
+        found["res"].append(value)
+    if value := _attr(attrs, b"background"):
+        found["res"].append(value)
+    if name in _SRCSET and (value := _attr(attrs, b"srcset")):
+        found["srcset"].append(value)
+    if value := _attr(attrs, b"style"):
+        found["style"].append(value)
+
+
+_SRCSET = frozenset({"img", "image", "source"})
+
+
+def _is_image(kind: str | None) -> bool:
+    """Whether an `<input>`'s type is `image`, in any ASCII case (as the C twin compares)."""
+    return kind is not None and kind.isascii() and kind.lower() == "image"
 
 
 scan = scan_c if _tagscan is not None and not PURE else scan_py

@@ -24,6 +24,11 @@ from larbinpy.links.urls import Normalizer, site_key
 from larbinpy.records import Job, JobKind
 from larbinpy.stats import Outcome, Stats
 
+# A page's requisites may be stylesheets, whose url()s and @imports are requisites in turn:
+# levels of that nesting followed (a chain of distinct generated sheets ends here; a loop of
+# @imports ends at the seen-set).
+REQUISITE_NESTING = 4
+
 # Reasons given to whoever submitted a URL (input port, seeds), by outcome kind.
 REASONS = {
     "invalid": "invalid URL (not http or https, or malformed)",
@@ -179,20 +184,46 @@ class Input:
         if jobs and parent.kind is JobKind.REVISIT:
             self.discovered(parent, jobs)
 
+    def add_requisites(self, parent: Job, base: str, urls: list[str]) -> None:
+        """What a page (or a stylesheet) at `base` needs to render (absolute, normalized,
+        de-duplicated): the new ones queued as requisites, one nesting level below a
+        stylesheet's. The scope rules are not applied (a page's images and stylesheets are
+        often on another host); robots.txt and allowNetworks are, where every URL meets them."""
+        if not urls:
+            return
+        nesting = (parent.depth - 1 if parent.kind is JobKind.REQUISITE
+                   else REQUISITE_NESTING)
+        if nesting < 0:
+            self.stats.count(Outcome.tooDeep, len(urls))
+            return
+        fresh = self.seen.missing(urls)
+        self._queue([Job(url, nesting, parent.priority, kind=JobKind.REQUISITE, via=base)
+                     for url in fresh])
+        if parent.kind is not JobKind.REVISIT:
+            self.stats.count(Outcome.urlDup, len(urls) - len(fresh))
+            return
+        # recrawl: a revisited page that changed (it is parsed only then) has its requisites
+        # checked again, the known ones by a conditional GET (`Revisits.prepare`)
+        new = set(fresh)
+        self._queue([Job(url, nesting, parent.priority, kind=JobKind.REQUISITE, via=base)
+                     for url in urls if url not in new], force=True)
+
     def add_redirect(self, parent: Job, target: str) -> None:
         """A redirect's target: a new job one hop further, scoped and de-duplicated like a link."""
         if parent.hops + 1 > self.cfg.max_redirects:
             self.stats.count(Outcome.tooManyRedirects)
             return
-        reason = self.scope.check(target)
+        # (a requisite's target is one too: no scope rules, as for the requisite)
+        reason = None if parent.kind is JobKind.REQUISITE else self.scope.check(target)
         if reason:
             self.stats.count(reason)
             return
         if not self.seen.missing([target]):
             self.stats.count(Outcome.urlDup)
             return
-        # the tag and the kind (a redirected sitemap is still a sitemap) travel with it; the
-        # target of a revisit is a page of its own, never fetched yet
+        # the tag and the kind (a redirected sitemap is still a sitemap, a requisite a
+        # requisite) travel with it; the target of a revisit is a page of its own, never
+        # fetched yet
         kind = JobKind.PAGE if parent.kind is JobKind.REVISIT else parent.kind
         self._queue([Job(target, parent.depth, parent.priority, parent.hops + 1,
                          parent.tag, kind, via=parent.url)])

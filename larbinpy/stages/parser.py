@@ -27,12 +27,13 @@ import logging
 from collections.abc import Callable
 
 from larbinpy.config import Config
-from larbinpy.links.extract import extract_links
+from larbinpy.links.extract import extract, extract_links
+from larbinpy.links.requisites import css_urls
 from larbinpy.links.urls import Normalizer
 from larbinpy.net.body import html_for_links
 from larbinpy.net.docmemory import Reservation
 from larbinpy.outputs import Outputs, Step
-from larbinpy.records import Page
+from larbinpy.records import JobKind, Page
 from larbinpy.stages.input import Input
 from larbinpy.stats import Outcome, Stats
 from larbinpy.turn import Phase, TurnEnd
@@ -40,6 +41,7 @@ from larbinpy.turn import Phase, TurnEnd
 log = logging.getLogger("larbinpy.parser")
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+CSS_TYPE = "text/css"
 MAX_PAGES = 1024  # pages held for the end of the turn, at most
 
 
@@ -53,6 +55,7 @@ class Parser:
         self.stats, self.normalizer = stats, normalizer
         self.input, self.outputs = input_stage, outputs
         self.follow_images = cfg.follow_images
+        self.requisites = cfg.wants_requisites()
         self.max_links = cfg.max_links_per_page
         self.on_parsed = on_parsed  # the crawl re-checks whether it is done
         # (page, the Outputs method it goes to; None: a page to parse, then `Outputs.write`)
@@ -137,21 +140,50 @@ class Parser:
             memory.release()
 
     def _parse(self, page: Page) -> None:
-        """One page: its links, queued."""
+        """One page: its links, queued; with requisites, what it needs to render too."""
         job = page.job
+        if job.kind is JobKind.REQUISITE:
+            if page.content_type == CSS_TYPE:
+                self._parse_stylesheet(page)
+            return  # not a page of the crawl: no links
+        requisites: list[str] = []
         if page.content_type in HTML_TYPES:
             try:
                 # the header, not page.content_type: its charset parameter counts
                 text = html_for_links(page.body, page.headers.get("Content-Type", ""))
-                page.links, dropped = extract_links(
-                    text, job.url, self.normalizer,
-                    follow_images=self.follow_images, max_links=self.max_links,
-                    on_too_long=self._too_long,
-                )
+                if self.requisites:
+                    found = extract(
+                        text, job.url, self.normalizer,
+                        follow_images=self.follow_images, max_links=self.max_links,
+                        on_too_long=self._too_long, requisites=True,
+                    )
+                    page.links, dropped, requisites, cut = found
+                    self.stats.requisites_cut += cut
+                else:
+                    page.links, dropped = extract_links(
+                        text, job.url, self.normalizer,
+                        follow_images=self.follow_images, max_links=self.max_links,
+                        on_too_long=self._too_long,
+                    )
                 self.stats.links_dropped += dropped
             except Exception:  # a parser bug: the page is still output, without links
                 log.exception("could not extract the links of %s", job.url)
         self.input.add_links(job, job.url, page.links)  # may raise (stateDir full)
+        if requisites:
+            self.input.add_requisites(job, job.url, requisites)
+
+    def _parse_stylesheet(self, page: Page) -> None:
+        """A stylesheet fetched as a requisite: its url()s and @imports, requisites in turn
+        (resolved against the stylesheet's URL)."""
+        url = page.job.url
+        try:
+            hrefs, cut = css_urls(page.body.decode("utf-8", "replace"), self.max_links + 1)
+            urls, left = self.normalizer.resolve_upto(url, hrefs, self.max_links)
+        except Exception:  # a parser bug: the stylesheet is still output
+            log.exception("could not read the stylesheet %s", url)
+            return
+        self.stats.requisites_cut += cut or left > 0
+        self.input.add_requisites(page.job, url, urls)
 
     def _too_long(self, n: int) -> None:
         """Links over the normalizer's hard limit (crawler.URL_HARD_LIMIT): traps, counted."""

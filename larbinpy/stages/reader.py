@@ -111,7 +111,7 @@ class Reader:
             self.endings.end(job, Outcome.forbiddenRobots)
             return True
         if (self.cfg.max_pages_per_site and site.pages >= self.cfg.max_pages_per_site
-                and job.kind is not JobKind.REVISIT):  # the limit counts pages, not visits
+                and job.kind < JobKind.REVISIT):  # the limit counts pages: not visits, requisites
             self.stats.count(Outcome.outOfScope)
             self.endings.end(job, Outcome.outOfScope)
             return True
@@ -130,7 +130,7 @@ class Reader:
         if prepared is None:  # a stale revisit: fetched and scheduled again since it was popped
             return
         answer, headers = prepared
-        if job.kind is not JobKind.REVISIT:  # maxPagesPerSite counts pages, not visits
+        if job.kind < JobKind.REVISIT:  # maxPagesPerSite counts pages: not visits, requisites
             self.sites.count_page(site)
         ex = Exchange(time.monotonic(), answer)
         kind = await self._request(site, job, ex, headers)
@@ -202,6 +202,8 @@ class Reader:
     async def _ok(self, site: Site, job: Job, resp: Response, ex: Exchange) -> Outcome:
         """A 2xx: a sitemap's URLs to input, a feed's entries too (`stages/feeds.py`); a page
         of a wanted type to the parser, unless noDup has seen its body."""
+        if job.kind is JobKind.REQUISITE:
+            return await self._requisite(site, job, resp, ex)
         if job.kind == JobKind.SITEMAP:
             page = await self._page(site, job, resp, ex, SITEMAP_MAX_BYTES, truncate=True)
             if self.keep_raw:  # archived like robots.txt, not as a page of the crawl
@@ -228,6 +230,18 @@ class Reader:
             return Outcome.duplicate
         self.parser.take(page)  # links, outputs, input
         return Outcome.success
+
+    async def _requisite(self, site: Site, job: Job, resp: Response, ex: Exchange) -> Outcome:
+        """A 2xx requisite, of any type: to the parser (a stylesheet's url()s, then the
+        outputs), whatever `noDup`, `anyType` or `contentTypes` say of pages. With recrawl,
+        checked again after a page that needs it changed: the same body is a revisit."""
+        page = await self._page(site, job, resp, ex)
+        if ex.answer is not None:
+            payload = page.raw_body if page.raw_body is not None else page.body
+            if ex.answer.found(payload):
+                return self._as_kept(page, ex, Outcome.unchanged)
+        self.parser.take(page)
+        return Outcome.requisite
 
     async def _revisited(self, site: Site, job: Job, resp: Response, ex: Exchange,
                          kind: Outcome) -> Outcome:

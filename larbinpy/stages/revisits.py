@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from larbinpy.clock import Clock
@@ -51,6 +52,11 @@ from larbinpy.stats import Outcome
 from larbinpy.turn import Phase, TurnEnd
 
 CLAIMS_KEPT = 100_000  # sitemap lastmods awaiting the fetch that checks them
+# A page requisite's history (validators, digest) is kept in the schedule with this due time
+# (2100-01-01): never due on its own; it is fetched again when a page that needs it changes.
+REQUISITE_DUE = 4102444800.0
+# a requisite's outcomes that say what it is now (a new capture, or the copy kept)
+REQUISITE_KEPT = frozenset({Outcome.requisite, Outcome.notModified, Outcome.unchanged})
 FRESHNESS_SAMPLES = 10_000  # pages whose expected freshness makes the crawl's estimate
 
 
@@ -63,6 +69,7 @@ class Revisits:
         self.schedule, self.states, self.sites, self.clock = schedule, states, sites, clock
         self.policy = Policy(cfg.recrawl_min, cfg.recrawl_max, cfg.connections_per_host,
                              cfg.recrawl_share)
+        self.recheck_after = cfg.recrawl_min  # a requisite is checked again at most this often
         self.audits: set[str] = set()  # URLs whose next fetch checks a 304 (no validators)
         self.feed = RevisitFeed(schedule, sites, self.policy, clock, self.audits, hand_over,
                                 on_fed, cfg.connections_per_host,
@@ -102,6 +109,8 @@ class Revisits:
             return Answer(None), None
         if job.kind is JobKind.SITEMAP:  # read whole (its URLs), its history kept if any
             return Answer(self.schedule.get(job.url)), None
+        if job.kind is JobKind.REQUISITE:
+            return self._prepare_requisite(site, job)
         visit = self.schedule.get(job.url)
         if visit is None:  # handed over by another cluster node: a first visit here
             return Answer(None), None
@@ -112,6 +121,18 @@ class Revisits:
         self.audits.discard(job.url)
         headers = self.policy.conditional_headers(visit, self.site_state(site), audit)
         return Answer(visit, conditional=bool(headers), audit=audit), headers or None
+
+    def _prepare_requisite(self, site: Site, job: Job) -> Prepared | None:
+        """A requisite: a first fetch, or a check again (a page that needs it changed) with
+        the validators of its last answer; None (not fetched) when it was checked less than
+        recrawlMin ago (a site's stylesheet needed by the many pages that changed since)."""
+        visit = self.schedule.get(job.url)
+        if visit is None:
+            return Answer(None), None
+        if visit.fetched_at > self.clock.wall() - self.recheck_after:
+            return None
+        headers = self.policy.conditional_headers(visit, self.site_state(site), False)
+        return Answer(visit, conditional=bool(headers)), headers or None
 
     def revisit_of(self, answer: Answer | None, url: str, kind: Outcome) -> Revisit | None:
         """The revisit record a page gets: a 304, or a body identical to the capture kept."""
@@ -149,6 +170,9 @@ class Revisits:
         elif self.discovery.waiting:
             self.discovery.fetched(job.url, self.clock.wall())
         self.feed.after_fetch(key)
+        if job.kind is JobKind.REQUISITE:
+            self._requisite_answered(job, kind, answer)
+            return None  # never due on its own
         site = self.sites.find(key)
         if answer is None:  # ended without a request (a dead site...)
             if job.kind is not JobKind.REVISIT:
@@ -169,6 +193,22 @@ class Revisits:
         self.schedule.put(visit)
         self._keep_state(site)
         return visit.due
+
+    def _requisite_answered(self, job: Job, kind: Outcome, answer: Answer | None) -> None:
+        """A requisite's answer: its validators and payload digest kept (what its next check
+        sends, and what a revisit record of it points at), due never (REQUISITE_DUE)."""
+        if answer is None or kind not in REQUISITE_KEPT:
+            return
+        now, prior = self.clock.wall(), answer.prior
+        if kind is Outcome.requisite or prior is None:  # a new capture
+            visit = Visit(job.url, REQUISITE_DUE, now, answer.etag, answer.last_modified,
+                          answer.digest, now, answer.status, job.depth, job.priority)
+        else:  # the copy kept: a 304 (its validators stay) or the same body
+            body = kind is Outcome.unchanged
+            visit = replace(prior, fetched_at=now, status=answer.status,
+                            etag=answer.etag if body or answer.etag else prior.etag,
+                            last_modified=answer.last_modified if body else prior.last_modified)
+        self.schedule.put(visit)
 
     def _observed(self, job: Job, kind: Outcome, answer: Answer, site: Site) -> Visit:
         """The policy's next visit of a page that answered, and what its site learned."""
