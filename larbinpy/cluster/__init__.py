@@ -5,8 +5,8 @@ crawler (`crawler.py`) builds the stages on this node's seams instead of the emb
 (`Cluster` is a `node.Node`, as `node.Embedded` is):
 
 * input's `Admission` (`stages/input.py`): `redis_seen.Admission` -- URLs the local cache has
-  not seen make one round trip (SETBIT test-and-set in Redis bitmaps, then own new URLs to the
-  local FIFO, others to their owner's stream);
+  not seen make one round trip (SADD test-and-set of their 64-bit fingerprints in Redis sets,
+  then own new URLs to the local FIFO, others to their owner's stream);
 * the site table's `Forward` (`frontier/sites.py`): `Cluster.forward` -- a job popped by the
   sequencer for a site this node does not own (any more) goes to the `streams.Outbox`
   instead of a site queue;
@@ -52,7 +52,7 @@ from larbinpy.cluster import membership as _membership
 from larbinpy.cluster.ipclock import IpClock
 from larbinpy.cluster.link import Link
 from larbinpy.cluster.membership import Membership
-from larbinpy.cluster.redis_seen import Admission, BitCache
+from larbinpy.cluster.redis_seen import Admission, SeenCache
 from larbinpy.cluster.robots_shared import SharedVerdicts
 from larbinpy.cluster.streams import Fetched, Inbox, Outbox
 from larbinpy.cluster.termination import Termination
@@ -80,7 +80,7 @@ def default_node_id() -> str:
 class Cluster:
     """This node's part of a cluster crawl (a `node.Node`)."""
 
-    # its queues and seen-set are in Redis: the local stateDir is wiped, the bitmap a cache
+    # its queues and seen-set are in Redis: the local stateDir is wiped, its seen-set a cache
     local_state: ClassVar[bool] = False
     # built by `bind`: they call back into the crawl
     hooks: CrawlHooks
@@ -88,7 +88,7 @@ class Cluster:
     termination: Termination
     ipclock: IpClock | None
 
-    def __init__(self, cfg: Config, seen: BitCache, frontier: Frontier,
+    def __init__(self, cfg: Config, seen: SeenCache, frontier: Frontier,
                  stats: Stats) -> None:
         assert cfg.cluster is not None
         self.cfg, self.frontier, self.stats = cfg, frontier, stats
