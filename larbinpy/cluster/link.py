@@ -6,7 +6,7 @@ page). All keys of one crawl start with `larbinpy:<clusterName>:`:
 
 | key | type | what |
 |---|---|---|
-| `fp:<digits>` | set (intset) | the seen-set: URL fingerprints ending in those digits (`redis_seen`) |
+| `fp:<digits>` | set (intset) | the seen-set: URL fingerprints ending in those digits |
 | `nodes` | sorted set | live nodes, scored by heartbeat expiry (ms, Redis clock) |
 | `dead` | set | nodes gone whose queued URLs still wait to be recovered |
 | `in:<node>` | stream (group `larbinpy`) | URLs sent to a node: one entry per batch |
