@@ -297,6 +297,21 @@ async def test_a_stopped_cluster_resumes_under_another_node(make_web, redis_url)
     assert len(tw.pages_fetched()) == len(fetched)  # nothing left, nothing fetched again
 
 
+async def test_a_crawl_begun_with_the_bitmap_seen_set_is_told_it_may_fetch_again(
+        make_web, redis_url, caplog):
+    """Redis keeps an older version's seen-set (bitmap keys `seen:<i>`): the crawl runs, and
+    says that the URLs that one saw are unknown to the fingerprints."""
+    tw = await make_web(grid_web(1, 2))
+    r = aioredis.Redis.from_url(redis_url)
+    await r.setbit("larbinpy:test:seen:0", 12345, 1)
+    await r.aclose()
+    a, ta = start(tw, redis_url, "a", f"startUrl {tw.url('h0.test')}")
+    assert await ta == 0
+    assert set(tw.pages_fetched()) == expected_pages(tw, 1, 2)
+    assert any("older version's seen-set (larbinpy:test:seen:0)" in rec.getMessage()
+               for rec in caplog.records)
+
+
 async def test_a_node_restarted_under_its_id_counts_the_urls_it_saw_before(make_web,
                                                                           redis_url):
     hosts, pages = 3, 8

@@ -241,6 +241,7 @@ class Cluster:
         try:
             await self.membership.register(new_crawl=True)
             await self._restore_figures()
+            await self._warn_of_an_older_seen_set()
             await self.membership.recover(self.node)  # a previous run's URLs -> own stream
         except (OSError, RedisError) as exc:
             await self.link.close()
@@ -267,6 +268,14 @@ class Cluster:
         except (ValueError, KeyError, TypeError):
             previous = 0
         self.stats.urls_seen = max(self.stats.urls_seen, previous)
+
+    async def _warn_of_an_older_seen_set(self) -> None:
+        """A crawl begun by a version whose seen-set was a Redis bitmap (`seen:<i>` keys): this
+        one's fingerprints do not know those URLs, which may then be fetched again."""
+        if await self.link.execute("EXISTS", self.link.key("seen", "0")):
+            log.warning("cluster %s: Redis holds an older version's seen-set (%s); the URLs it "
+                        "saw are not known to this version's and may be fetched again",
+                        self.cfg.cluster_name, self.link.key("seen", "0"))
 
     async def _heartbeats(self) -> None:
         """Every HEARTBEAT_S: heartbeat, then recover the nodes that are gone."""
