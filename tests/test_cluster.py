@@ -499,6 +499,41 @@ async def test_no_url_is_lost_to_a_hash_collision(redis_url, tmp_path):
         await adm.link.close()
 
 
+async def test_urls_received_from_another_node_join_the_local_cache(redis_url, tmp_path):
+    """b owns the sites a discovers: what b receives is in Redis's seen-set, and b's cache
+    knows it too, so b's own pages linking to those URLs cost no trip to Redis."""
+    import time
+
+    from larbinpy.cluster.link import GROUP, Link
+    from larbinpy.cluster.streams import Inbox
+    from larbinpy.frontier.diskqueue import DiskFrontier
+    from larbinpy.frontier.seen import ExactSeenSet
+    from larbinpy.records import Job
+
+    r = aioredis.Redis.from_url(redis_url)
+    await r.zadd("larbinpy:unit:nodes", {"b": time.time() * 1000 + 60_000})  # b is live
+    await r.xgroup_create("larbinpy:unit:in:b", GROUP, "0", mkstream=True)
+    a, _ = await admission_of(redis_url, "a", tmp_path)
+    a.owner = lambda site: "b"
+    urls = [f"http://b{i % 7}.test/p{i}" for i in range(300)]
+    a.admit([Job(u, 1) for u in urls])
+    await a.drain()
+    assert a.sent == 300
+    cache = ExactSeenSet(tmp_path / "b.bitmap", 1 << 16)
+    frontier = DiskFrontier(tmp_path / "b-frontier")
+    link = Link(redis_url, "unit", "b")
+    inbox = Inbox(link, frontier, lambda: 1, lambda: None, lambda histories: None, cache.add)
+    reading = asyncio.ensure_future(inbox.run())
+    await until(lambda: inbox.received == 300, "b receiving a's URLs")
+    link.stopping.set()
+    await asyncio.wait_for(reading, 5)
+    assert sorted(j.url for j in iter(frontier.pop, None)) == sorted(urls)
+    assert cache.missing([*urls, "http://b0.test/new"]) == ["http://b0.test/new"]
+    await r.aclose()
+    for lnk in (a.link, link):
+        await lnk.close()
+
+
 async def test_the_seen_set_is_in_small_intsets_a_level_deeper_when_full(
         redis_url, tmp_path, monkeypatch):
     from larbinpy.cluster import redis_seen

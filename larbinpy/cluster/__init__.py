@@ -98,7 +98,8 @@ class Cluster:
         self._seq = 0  # numbers every step that gives this node work (termination.py)
         self.admission = Admission(self.link, seen, frontier, stats,
                                    self.membership.owner, self.next_seq, self._queued)
-        self.inbox = Inbox(self.link, frontier, self.next_seq, self._queued, self._adopt)
+        self.inbox = Inbox(self.link, frontier, self.next_seq, self._queued, self._adopt,
+                           seen.add)
         self.outbox = Outbox(self.link, self.beat, self.route)
         self.tasks: list[asyncio.Task[Any]] = []
         self.shared_verdicts: SharedVerdicts | None = None

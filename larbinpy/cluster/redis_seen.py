@@ -36,7 +36,8 @@ Redis (its job leaves the pending hash once fetched).
 Batching: jobs of every page discovered while a round trip is in flight go in the next one,
 so a page's 40 links cost at most one round trip, and under load less. A URL the cache has
 seen never costs a round trip: the cache holds only URLs already in Redis's set (added after
-the round trip), and it is exact, so a cache hit is a Redis hit.
+the round trip, or received from another node: `streams.Inbox`), and it is exact, so a cache
+hit is a Redis hit.
 """
 
 from __future__ import annotations
