@@ -422,7 +422,7 @@ async def admission_of(url: str, node: str, tmp, bits: int = 1 << 20, k: int = 2
     return adm, frontier
 
 
-async def test_setbit_is_a_test_and_set_across_nodes(redis_url, tmp_path):
+async def test_sadd_is_a_test_and_set_across_nodes(redis_url, tmp_path):
     from larbinpy.records import Job
 
     a, fa = await admission_of(redis_url, "a", tmp_path)
