@@ -29,9 +29,11 @@ sets, 5.1M fingerprints); when that one is full, to the set of its last 5 digits
 sets, 51M), and so on, a digit more a level. The script walks that path: a full set is
 searched (SISMEMBER), the first one not full takes the fingerprint (SADD). Sets only grow, so
 a fingerprint found nowhere on its path is new, and is stored in one place only. Redis memory:
-8 bytes a URL in full sets, plus a set's key and header (some 90 bytes) over its members --
-about 9-10 bytes a URL, measured in docs/benchmarks.md; nothing else of a seen URL stays in
-Redis (its job leaves the pending hash once fetched).
+8 bytes a URL in its set, plus each set's key and header (some 90 bytes) shared by its members:
+about 1 MB for the first level's 10,000 sets while they fill, then 9-12 bytes a URL (the most
+just after a level is opened, its sets nearly empty): 9.18 measured at 10M URLs
+(docs/benchmarks.md). Nothing else of a seen URL stays in Redis (its job leaves the pending
+hash once fetched).
 
 Batching: jobs of every page discovered while a round trip is in flight go in the next one,
 so a page's 40 links cost at most one round trip, and under load less. A URL the cache has
