@@ -297,19 +297,27 @@ async def test_a_stopped_cluster_resumes_under_another_node(make_web, redis_url)
     assert len(tw.pages_fetched()) == len(fetched)  # nothing left, nothing fetched again
 
 
-async def test_a_crawl_begun_with_the_bitmap_seen_set_is_told_it_may_fetch_again(
+async def test_a_node_warns_of_a_seen_set_that_costs_more_or_knows_less(
         make_web, redis_url, caplog):
-    """Redis keeps an older version's seen-set (bitmap keys `seen:<i>`): the crawl runs, and
-    says that the URLs that one saw are unknown to the fingerprints."""
+    """Redis keeps an older version's seen-set (bitmap keys `seen:<i>`), and keeps sets of
+    511 integers as hash tables: the crawl runs, and says both."""
     tw = await make_web(grid_web(1, 2))
     r = aioredis.Redis.from_url(redis_url)
     await r.setbit("larbinpy:test:seen:0", 12345, 1)
-    await r.aclose()
+    await r.config_set("set-max-intset-entries", 100)
     a, ta = start(tw, redis_url, "a", f"startUrl {tw.url('h0.test')}")
     assert await ta == 0
     assert set(tw.pages_fetched()) == expected_pages(tw, 1, 2)
-    assert any("older version's seen-set (larbinpy:test:seen:0)" in rec.getMessage()
-               for rec in caplog.records)
+    said = [rec.getMessage() for rec in caplog.records]
+    assert any("older version's seen-set (larbinpy:test:seen:0)" in m for m in said), said
+    assert any("set-max-intset-entries is 100" in m for m in said), said
+    await r.config_set("set-max-intset-entries", 512)  # as Redis ships: no warning
+    caplog.clear()
+    await r.delete("larbinpy:test:seen:0")
+    b, tb = start(tw, redis_url, "b")
+    assert await tb == 0
+    assert not [rec for rec in caplog.records if "seen-set" in rec.getMessage()]
+    await r.aclose()
 
 
 async def test_a_node_restarted_under_its_id_counts_the_urls_it_saw_before(make_web,

@@ -52,7 +52,7 @@ from larbinpy.cluster import membership as _membership
 from larbinpy.cluster.ipclock import IpClock
 from larbinpy.cluster.link import Link
 from larbinpy.cluster.membership import Membership
-from larbinpy.cluster.redis_seen import Admission, SeenCache
+from larbinpy.cluster.redis_seen import CAP, Admission, SeenCache
 from larbinpy.cluster.robots_shared import SharedVerdicts
 from larbinpy.cluster.streams import Fetched, Inbox, Outbox
 from larbinpy.cluster.termination import Termination
@@ -242,7 +242,7 @@ class Cluster:
         try:
             await self.membership.register(new_crawl=True)
             await self._restore_figures()
-            await self._warn_of_an_older_seen_set()
+            await self._check_seen_set()
             await self.membership.recover(self.node)  # a previous run's URLs -> own stream
         except (OSError, RedisError) as exc:
             await self.link.close()
@@ -270,9 +270,21 @@ class Cluster:
             previous = 0
         self.stats.urls_seen = max(self.stats.urls_seen, previous)
 
-    async def _warn_of_an_older_seen_set(self) -> None:
-        """A crawl begun by a version whose seen-set was a Redis bitmap (`seen:<i>` keys): this
-        one's fingerprints do not know those URLs, which may then be fetched again."""
+    async def _check_seen_set(self) -> None:
+        """Warn of what makes the seen-set in Redis cost more or know less than it should: a
+        Redis that keeps sets of 511 integers as hash tables (`redis_seen.CAP`: ~60 bytes a
+        URL instead of 8), and a crawl begun by a version whose seen-set was a Redis bitmap
+        (`seen:<i>` keys: the fingerprints do not know those URLs, which may be fetched
+        again)."""
+        try:
+            config = await self.link.execute("CONFIG", "GET", "set-max-intset-entries")
+            entries = int(next(iter(config.values()))) if config else CAP
+        except (RedisError, ValueError, AttributeError):  # CONFIG refused (a managed Redis)
+            entries = CAP
+        if entries < CAP:
+            log.warning("cluster %s: Redis's set-max-intset-entries is %d: the seen-set's sets "
+                        "of up to %d fingerprints take ~60 bytes a URL instead of 8 (set it to "
+                        "%d or more)", self.cfg.cluster_name, entries, CAP, CAP)
         if await self.link.execute("EXISTS", self.link.key("seen", "0")):
             log.warning("cluster %s: Redis holds an older version's seen-set (%s); the URLs it "
                         "saw are not known to this version's and may be fetched again",
