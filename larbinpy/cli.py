@@ -104,7 +104,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     built_in = " ".join(sorted(DEFAULT_STRIP_PARAMS)) + " (built-in)"
     try:
         print(describe(cfg, {"stripParams": built_in}))
-        print(hash_set_report(cfg.hash_size, cfg.hash_functions, cfg.seen_set))
+        kind = cfg.seen_set if cfg.cluster is None else "exact"  # a cluster's is always exact
+        print(hash_set_report(cfg.hash_size, cfg.hash_functions, kind))
         sys.stdout.flush()
     except BrokenPipeError:  # `| head`: the reader has all it wanted
         # Python flushes stdout again at exit: point it at /dev/null so that says nothing

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 GiB = 1 << 30
-# hashSize's default where the bitmap alone decides (seenSet bitmap, a cluster): larger, since
+# hashSize's default where the bitmap alone decides (seenSet bitmap): larger, since
 # its fill is the share of new URLs lost (0.9% at 10^7 URLs); with seenSet exact it is only a
 # filter in front of the fingerprints (frontier/seen.py), and the key's default is smaller.
 LOSSY_HASH_SIZE = 1 << 30
@@ -428,9 +428,9 @@ class Config:
     hash_size: int = key(
         1 << 27, "hashSize", "size of the URL hash set that tells seen URLs from new ones (with "
         "`seenSet exact` only a filter in front of the fingerprints: memory, not loss; alone, "
-        "with `seenSet bitmap` or a cluster, its size sets the loss: see check-config)",
+        "with `seenSet bitmap`, its size sets the loss: see check-config)",
         parse=parse_int, unit="bits", bounds=(1024, 1 << 40),
-        default_doc="2^27; 2^30 with seenSet bitmap or cluster",
+        default_doc="2^27; 2^30 with seenSet bitmap",
     )
     hash_functions: int = key(
         1, "hashFunctions", "hashes per URL: 1 is larbin's bitmap, K > 1 makes a Bloom filter",
@@ -439,7 +439,8 @@ class Config:
     seen_set: str = key(
         "exact", "seenSet", "`exact` confirms each set bit of the hash set against 64-bit URL "
         "fingerprints on disk, so no new URL is dropped by a collision; `bitmap` is larbin's "
-        "hash set alone (collisions drop new URLs)", parse=choice("exact", "bitmap"),
+        "hash set alone (collisions drop new URLs); a cluster's is always exact",
+        parse=choice("exact", "bitmap"),
     )
     seen_cache: int = key(
         128 * MiB, "seenCache", "`seenSet exact`: while the table of URL fingerprints is at most "
@@ -762,8 +763,9 @@ KEYS: dict[str, Key] = _table()
 
 def default_hash_size(seen_set: str, cluster: bool) -> int:
     """hashSize when larbin.conf sets none: the key's default where the bitmap only filters
-    (seenSet exact), LOSSY_HASH_SIZE where its fill is the loss (seenSet bitmap, a cluster)."""
-    return LOSSY_HASH_SIZE if seen_set == "bitmap" or cluster else Config.hash_size
+    (seenSet exact, and a cluster node's, always exact), LOSSY_HASH_SIZE where its fill is the
+    loss (seenSet bitmap)."""
+    return LOSSY_HASH_SIZE if seen_set == "bitmap" and not cluster else Config.hash_size
 
 
 def load_config(path: str | Path) -> Config:

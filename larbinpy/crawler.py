@@ -198,9 +198,10 @@ class Crawler:
             # a cluster node keeps its recrawl schedule: it owns those pages' sites
             keep=() if scratch else ("schedule",),
         )
-        # a cluster's seen-set is in Redis; the local bitmap is only its cache (cluster/)
+        # a cluster's seen-set is in Redis; the local one is only its cache, and exact, as a
+        # hit there skips Redis (cluster/redis_seen.py)
         seen = open_seen_set(self.state.bitmap_path("seen"), hash_size,
-                             cfg.hash_functions, cfg.seen_set if local else "bitmap",
+                             cfg.hash_functions, cfg.seen_set if local else "exact",
                              cfg.seen_cache)
         contents = (
             BitmapSeenSet(self.state.bitmap_path("contents"), CONTENT_BITS) if cfg.no_dup else None

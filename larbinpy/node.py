@@ -58,7 +58,7 @@ class Node(Protocol):
     """
 
     # this process's queues, seen-set and verdicts live in stateDir and resume from it (a
-    # cluster node's are in Redis: its stateDir is wiped, its seen-set a bitmap cache)
+    # cluster node's are in Redis: its stateDir is wiped, its seen-set a cache)
     local_state: ClassVar[bool]
 
     @property

@@ -297,6 +297,29 @@ async def test_a_stopped_cluster_resumes_under_another_node(make_web, redis_url)
     assert len(tw.pages_fetched()) == len(fetched)  # nothing left, nothing fetched again
 
 
+async def test_a_node_warns_of_a_seen_set_that_costs_more_or_knows_less(
+        make_web, redis_url, caplog):
+    """Redis keeps an older version's seen-set (bitmap keys `seen:<i>`), and keeps sets of
+    511 integers as hash tables: the crawl runs, and says both."""
+    tw = await make_web(grid_web(1, 2))
+    r = aioredis.Redis.from_url(redis_url)
+    await r.setbit("larbinpy:test:seen:0", 12345, 1)
+    await r.config_set("set-max-intset-entries", 100)
+    a, ta = start(tw, redis_url, "a", f"startUrl {tw.url('h0.test')}")
+    assert await ta == 0
+    assert set(tw.pages_fetched()) == expected_pages(tw, 1, 2)
+    said = [rec.getMessage() for rec in caplog.records]
+    assert any("older version's seen-set (larbinpy:test:seen:0)" in m for m in said), said
+    assert any("set-max-intset-entries is 100" in m for m in said), said
+    await r.config_set("set-max-intset-entries", 512)  # as Redis ships: no warning
+    caplog.clear()
+    await r.delete("larbinpy:test:seen:0")
+    b, tb = start(tw, redis_url, "b")
+    assert await tb == 0
+    assert not [rec for rec in caplog.records if "seen-set" in rec.getMessage()]
+    await r.aclose()
+
+
 async def test_a_node_restarted_under_its_id_counts_the_urls_it_saw_before(make_web,
                                                                           redis_url):
     hosts, pages = 3, 8
@@ -392,21 +415,22 @@ def test_a_revisit_handed_over_travels_with_its_page_history():
 
 
 async def admission_of(url: str, node: str, tmp, bits: int = 1 << 20, k: int = 2):
-    """An Admission of its own (a node that only admits), with a fresh local cache."""
+    """An Admission of its own (a node that only admits), with a fresh local cache (a node's:
+    exact, its bitmap of `bits` only a filter)."""
     from larbinpy.cluster.link import Link
     from larbinpy.cluster.redis_seen import Admission
     from larbinpy.frontier.diskqueue import DiskFrontier
-    from larbinpy.frontier.seen import BitmapSeenSet
+    from larbinpy.frontier.seen import ExactSeenSet
     from larbinpy.stats import Stats
 
     link = Link(url, "unit", node)
-    cache = BitmapSeenSet(tmp / f"{node}.bitmap", bits, k)
+    cache = ExactSeenSet(tmp / f"{node}.bitmap", bits, k)
     frontier = DiskFrontier(tmp / f"{node}-frontier")
     adm = Admission(link, cache, frontier, Stats(), lambda site: node, lambda: 1, lambda: None)
     return adm, frontier
 
 
-async def test_setbit_is_a_test_and_set_across_nodes(redis_url, tmp_path):
+async def test_sadd_is_a_test_and_set_across_nodes(redis_url, tmp_path):
     from larbinpy.records import Job
 
     a, fa = await admission_of(redis_url, "a", tmp_path)
@@ -462,23 +486,92 @@ async def test_a_fetched_url_stays_pending_until_its_pages_links_are_admitted(
     await adm.link.close()
 
 
-async def test_the_seen_set_is_split_in_keys_of_at_most_512_mib(redis_url, tmp_path,
-                                                                 monkeypatch):
+async def test_no_url_is_lost_to_a_hash_collision(redis_url, tmp_path):
+    """Tiny bitmaps (64 bits for 5,000 URLs: nearly every bit set) still lose nothing: the
+    cache and Redis both decide by 64-bit fingerprints, and each URL is new exactly once."""
+    from larbinpy.records import Job
+
+    a, fa = await admission_of(redis_url, "a", tmp_path, bits=1 << 10, k=1)
+    b, fb = await admission_of(redis_url, "b", tmp_path, bits=1 << 10, k=1)
+    urls = [f"http://x{i % 70}.test/q{i}" for i in range(5000)]
+    a.admit([Job(u, 1) for u in urls[:3000]])
+    await a.drain()
+    b.admit([Job(u, 1) for u in urls])  # 3,000 seen by a, 2,000 new
+    await b.drain()
+    assert sorted(j.url for j in iter(fa.pop, None)) == sorted(urls[:3000])
+    assert sorted(j.url for j in iter(fb.pop, None)) == sorted(urls[3000:])
+    assert b.stats.outcomes["urlDup"] == 3000
+    # and the input stage's test in front of admission, b's cache, now knows all of them
+    assert b.cache.missing(urls) == []
+    for adm in (a, b):
+        await adm.link.close()
+
+
+async def test_urls_received_from_another_node_join_the_local_cache(redis_url, tmp_path):
+    """b owns the sites a discovers: what b receives is in Redis's seen-set, and b's cache
+    knows it too, so b's own pages linking to those URLs cost no trip to Redis."""
+    import time
+
+    from larbinpy.cluster.link import GROUP, Link
+    from larbinpy.cluster.streams import Inbox
+    from larbinpy.frontier.diskqueue import DiskFrontier
+    from larbinpy.frontier.seen import ExactSeenSet
+    from larbinpy.records import Job
+
+    r = aioredis.Redis.from_url(redis_url)
+    await r.zadd("larbinpy:unit:nodes", {"b": time.time() * 1000 + 60_000})  # b is live
+    await r.xgroup_create("larbinpy:unit:in:b", GROUP, "0", mkstream=True)
+    a, _ = await admission_of(redis_url, "a", tmp_path)
+    a.owner = lambda site: "b"
+    urls = [f"http://b{i % 7}.test/p{i}" for i in range(300)]
+    a.admit([Job(u, 1) for u in urls])
+    await a.drain()
+    assert a.sent == 300
+    cache = ExactSeenSet(tmp_path / "b.bitmap", 1 << 16)
+    frontier = DiskFrontier(tmp_path / "b-frontier")
+    link = Link(redis_url, "unit", "b")
+    inbox = Inbox(link, frontier, lambda: 1, lambda: None, lambda histories: None, cache.add)
+    reading = asyncio.ensure_future(inbox.run())
+    await until(lambda: inbox.received == 300, "b receiving a's URLs")
+    link.stopping.set()
+    await asyncio.wait_for(reading, 5)
+    assert sorted(j.url for j in iter(frontier.pop, None)) == sorted(urls)
+    assert cache.missing([*urls, "http://b0.test/new"]) == ["http://b0.test/new"]
+    await r.aclose()
+    for lnk in (a.link, link):
+        await lnk.close()
+
+
+async def test_the_seen_set_is_in_small_intsets_a_level_deeper_when_full(
+        redis_url, tmp_path, monkeypatch):
     from larbinpy.cluster import redis_seen
     from larbinpy.records import Job
 
-    assert redis_seen.KEY_BITS == 1 << 32  # 512 MiB, Redis's largest string
-    monkeypatch.setattr(redis_seen, "KEY_BITS", 1 << 12)  # the same code, with tiny keys
-    adm, _ = await admission_of(redis_url, "a", tmp_path, bits=1 << 16, k=1)
-    adm.admit([Job(f"http://a.test/{i}", 1) for i in range(500)])
+    assert (redis_seen.CAP, redis_seen.ROOT) == (511, 4)  # 4,096-byte intsets, 10,000 at first
+    monkeypatch.setattr(redis_seen, "CAP", 8)  # the same code, with sets of 8 and 10 at first
+    monkeypatch.setattr(redis_seen, "ROOT", 1)
+    adm, _ = await admission_of(redis_url, "a", tmp_path)
+    urls = [f"http://a.test/{i}" for i in range(600)]
+    adm.admit([Job(u, 1) for u in urls])
     await adm.drain()
+    assert adm.stats.urls_seen == 600
     r = aioredis.Redis.from_url(redis_url)
-    keys = sorted([k.decode() for k in await r.keys("larbinpy:unit:seen:*")])
-    assert len(keys) == 16  # 2^16 bits in keys of 2^12
-    assert all([await r.strlen(k) <= (1 << 12) // 8 for k in keys])
-    assert sum([await r.bitcount(k) for k in keys]) == 500 - adm.stats.outcomes["urlDup"]
+    keys = [k.decode() async for k in r.scan_iter("larbinpy:unit:fp:*")]
+    members = {int(m) for k in keys for m in await r.smembers(k)}
+    assert members == {redis_seen.redis_fingerprint(u) for u in urls}  # each once, all 600
+    assert sum([await r.scard(k) for k in keys]) == 600
+    assert all([await r.scard(k) <= 8 for k in keys])
+    assert {len(k.rsplit(":", 1)[1]) for k in keys} >= {1, 2, 3}  # levels: 10, 100, 1,000 sets
+    assert {await r.object("encoding", k) for k in keys} == {b"intset"}  # 8 bytes a member
+    # another node, with an empty cache, finds every one of them seen, at whatever level
+    other, fo = await admission_of(redis_url, "b", tmp_path)
+    other.admit([Job(u, 1) for u in [*urls, "http://a.test/new"]])
+    await other.drain()
+    assert [j.url for j in iter(fo.pop, None)] == ["http://a.test/new"]
+    assert other.stats.outcomes["urlDup"] == 600
     await r.aclose()
-    await adm.link.close()
+    for a in (adm, other):
+        await a.link.close()
 
 
 def test_cluster_keys_are_checked_by_the_configuration():

@@ -113,3 +113,22 @@ async def test_bench_nodes_compares_clusters_with_the_embedded_crawler():
     assert all(r["pages"] == 40 for r in result["runs"]), result
     assert result["runs"][0]["redis_round_trips_per_page"] == 0
     assert all(r["redis_round_trips_per_page"] > 0 for r in result["runs"][1:])
+    for run in result["runs"][1:]:  # what Redis did: commands, and the seen-set it keeps
+        assert run["redis_commands_per_page"] > run["redis_round_trips_per_page"]
+        assert run["fingerprints"] >= 40  # every page's URL (and the links that failed)
+        assert set(run["encodings"]) == {"intset"}  # 8 bytes a fingerprint
+
+
+@pytest.mark.skipif(redis_server_path() is None, reason="redis-server is not installed "
+                    "(.ci/run installs it: apt-get install redis-server)")
+async def test_bench_redis_seen_admits_every_url_once_into_intsets():
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "larbinpy", "bench", "--redis-seen", "3000",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    result = json.loads(out)
+    assert (result["admitted"], result["lost"], result["fingerprints"]) == (3000, 0, 3000)
+    assert result["encodings"] == {"intset": result["seen_keys"]}
+    assert result["redis_commands_by_name"]["sadd"] >= 1.0  # each URL once, its dups again
+    assert result["seen_bytes_per_url"] > 8  # a fingerprint, and its set's share

@@ -362,5 +362,7 @@ def test_hash_size_defaults_small_only_where_the_fingerprints_decide():
 
     assert parse_config("").hash_size == 1 << 27  # exact: the bitmap is a filter (16 MiB)
     assert parse_config("seenSet bitmap\n").hash_size == 1 << 30  # its fill is the loss
-    assert parse_config("cluster redis://127.0.0.1:6379/0\n").hash_size == 1 << 30
+    # a cluster node's seen-set is always exact (Redis's cache), whatever seenSet says
+    assert parse_config("cluster redis://127.0.0.1:6379/0\n").hash_size == 1 << 27
+    assert parse_config("cluster redis://127.0.0.1:6379/0\nseenSet bitmap\n").hash_size == 1 << 27
     assert parse_config("seenSet bitmap\nhashSize 2^20\n").hash_size == 1 << 20

@@ -11,8 +11,9 @@ Not used by a crawl. Every configuration crawls the same synthetic web (the benc
 * "embedded" is one such process without `cluster`; "N nodes" are N processes sharing one
   local `redis-server` (started here, a fresh `clusterName` per run);
 * reported: pages/s, CPU of the node processes per page (getrusage of the children), CPU of
-  redis-server per page (its INFO), and Redis round trips per page (each node counts its own
-  and leaves the total in the cluster's figures).
+  redis-server per page and the commands it ran per page (its INFO, `redisfigures.py`), Redis
+  round trips per page (each node counts its own and leaves the total in the cluster's
+  figures), and the seen-set's bytes a URL in Redis.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import redis
 
 from larbinpy.bench.harness import HASH_BITS, HASH_FUNCTIONS, SynthServer
 from larbinpy.bench.localredis import LocalRedis, _free_port
+from larbinpy.bench.redisfigures import RedisFigures, seen_set_bytes
 from larbinpy.bench.synth import host_name
 
 READY_TIMEOUT = 30.0
@@ -113,14 +115,6 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _redis_cpu(db: redis.Redis | None) -> float:
-    """CPU seconds redis-server has used."""
-    if db is None:
-        return 0.0
-    info = db.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
 def run_nodes(args: argparse.Namespace, server: SynthServer, workdir: Path, nodes: int,
               cluster: str | None) -> dict[str, Any]:
     """One configuration: `nodes` processes (a cluster if `cluster`), timed from the seeds."""
@@ -140,14 +134,16 @@ def run_nodes(args: argparse.Namespace, server: SynthServer, workdir: Path, node
     try:
         _wait_ready(procs, ports, db, prefix)
         seeds = [f"http://{host_name(h)}:{server.http_port}/" for h in range(args.hosts)]
-        cpu0, redis0, t0 = _children_cpu(), _redis_cpu(db), time.perf_counter()
+        before = RedisFigures.read(db) if db is not None else None
+        cpu0, t0 = _children_cpu(), time.perf_counter()
         _submit(ports[0], seeds)
         if not cluster:
             _stop_when_idle(procs[0], ports[0])
         for proc in procs:
             proc.wait(CRAWL_TIMEOUT)
         seconds = time.perf_counter() - t0
-        cpu, redis_cpu = _children_cpu() - cpu0, _redis_cpu(db) - redis0
+        cpu = _children_cpu() - cpu0
+        after = RedisFigures.read(db) if db is not None else None
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -162,17 +158,19 @@ def run_nodes(args: argparse.Namespace, server: SynthServer, workdir: Path, node
             raise RuntimeError(f"a node exited with code {proc.returncode}: {text[-1000:]}")
         found = _SUCCESS.findall(text)
         pages += int(found[-1]) if found else 0
-    trips = 0
-    if db is not None:
+    trips, figures = 0, {}
+    if db is not None and before is not None and after is not None:
         for raw in db.hgetall(prefix + "stats").values():
             trips += json.loads(raw).get("round_trips", 0)
+        figures = {**after.since(before, pages), **seen_set_bytes(db, prefix)}
         db.close()
     per_page = max(pages, 1)
-    return {
+    return {**figures,
         "nodes": nodes if cluster else 0, "pages": pages, "seconds": round(seconds, 2),
         "pages_per_s": round(pages / seconds, 1),
         "cpu_ms_per_page": round(cpu / per_page * 1000, 3),
-        "redis_cpu_ms_per_page": round(redis_cpu / per_page * 1000, 3),
+        "redis_cpu_ms_per_page": figures.get("redis_cpu_ms", 0.0),
+        "redis_commands_per_page": figures.get("redis_commands", 0.0),
         "redis_round_trips_per_page": round(trips / per_page, 3) if cluster else 0.0,
     }
 
@@ -211,13 +209,16 @@ def report_nodes(result: dict[str, Any]) -> str:
              f"a node, output {result['output']} (one process a node, seeds by POST); "
              f"median of {result['repeat']}",
              f"  {'run':<10} {'pages':>7} {'seconds':>8} {'pages/s':>8} {'vs emb.':>8} "
-             f"{'CPU ms/page':>12} {'redis ms/page':>14} {'round trips/page':>17}"]
+             f"{'CPU ms/page':>12} {'redis ms/page':>14} {'round trips/page':>17} "
+             f"{'redis cmds/page':>16} {'seen B/URL':>11}"]
     for r in result["runs"]:
         name = f"{r['nodes']} node" + ("s" if r["nodes"] > 1 else "") if r["nodes"] else "embedded"
         lines.append(f"  {name:<10} {r['pages']:>7} {r['seconds']:>8.2f} {r['pages_per_s']:>8.0f} "
                      f"{r['vs_embedded']:>8.2f} {r['cpu_ms_per_page']:>12.3f} "
                      f"{r['redis_cpu_ms_per_page']:>14.3f} "
-                     f"{r['redis_round_trips_per_page']:>17.3f}")
+                     f"{r['redis_round_trips_per_page']:>17.3f} "
+                     f"{r['redis_commands_per_page']:>16.2f} "
+                     f"{r.get('seen_bytes_per_url', 0.0):>11.2f}")
         if result["repeat"] > 1:
             i = result["runs"].index(r)
             lines.append(f"  {'':<10} all pages/s: "

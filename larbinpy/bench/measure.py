@@ -414,6 +414,11 @@ def parser() -> argparse.ArgumentParser:
                    help="the seenSet of --seen [exact]")
     p.add_argument("--seen-bits", type=parse_int, default=0, metavar="BITS",
                    help="the hashSize of --seen, e.g. 2^30 [hashSize's default]")
+    p.add_argument("--redis-seen", type=parse_int, metavar="N", default=0,
+                   help="instead: N distinct URLs, pages of 50 links as --seen's, through a "
+                        "cluster node's admission into a local redis-server (no crawl): URLs "
+                        "lost, Redis CPU, commands and seen-set bytes a URL "
+                        "(larbinpy/bench/redisfigures.py)")
     p.add_argument("--nodes", metavar="N[,N...]", default="",
                    help="instead: one larbinpy process (embedded), then clusters of N processes "
                         "sharing a local redis-server (larbinpy/bench/cluster.py)")
@@ -601,6 +606,15 @@ def nodes_bench(args: argparse.Namespace) -> int:
         return 1
     from larbinpy.bench.cluster import bench_nodes, report_nodes
 
+    if args.redis_seen:
+        from larbinpy.bench.redisfigures import redis_seen_bench
+
+        where = args.dir
+        if where is not None:
+            Path(where).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="larbinpy-redis-seen-", dir=where) as tmp:
+            print(json.dumps(redis_seen_bench(args.redis_seen, Path(tmp)), indent=2))
+        return 0
     return run_and_report(args, bench_nodes, report_nodes)
 
 
@@ -787,7 +801,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.micro or args.frontier or args.hashset or args.seen or args.schedule:
         return state_bench(args)
     setup_logging(-1)  # warnings only: logging must not cost the crawl CPU
-    if args.nodes:
+    if args.nodes or args.redis_seen:
         return nodes_bench(args)
     if args.shared_ip:
         return run_and_report(args, shared_ip_bench, shared_ip_text)

@@ -5,8 +5,8 @@ crawler (`crawler.py`) builds the stages on this node's seams instead of the emb
 (`Cluster` is a `node.Node`, as `node.Embedded` is):
 
 * input's `Admission` (`stages/input.py`): `redis_seen.Admission` -- URLs the local cache has
-  not seen make one round trip (SETBIT test-and-set in Redis bitmaps, then own new URLs to the
-  local FIFO, others to their owner's stream);
+  not seen make one round trip (SADD test-and-set of their 64-bit fingerprints in Redis sets,
+  then own new URLs to the local FIFO, others to their owner's stream);
 * the site table's `Forward` (`frontier/sites.py`): `Cluster.forward` -- a job popped by the
   sequencer for a site this node does not own (any more) goes to the `streams.Outbox`
   instead of a site queue;
@@ -52,7 +52,7 @@ from larbinpy.cluster import membership as _membership
 from larbinpy.cluster.ipclock import IpClock
 from larbinpy.cluster.link import Link
 from larbinpy.cluster.membership import Membership
-from larbinpy.cluster.redis_seen import Admission, BitCache
+from larbinpy.cluster.redis_seen import CAP, Admission, SeenCache
 from larbinpy.cluster.robots_shared import SharedVerdicts
 from larbinpy.cluster.streams import Fetched, Inbox, Outbox
 from larbinpy.cluster.termination import Termination
@@ -80,7 +80,7 @@ def default_node_id() -> str:
 class Cluster:
     """This node's part of a cluster crawl (a `node.Node`)."""
 
-    # its queues and seen-set are in Redis: the local stateDir is wiped, the bitmap a cache
+    # its queues and seen-set are in Redis: the local stateDir is wiped, its seen-set a cache
     local_state: ClassVar[bool] = False
     # built by `bind`: they call back into the crawl
     hooks: CrawlHooks
@@ -88,7 +88,7 @@ class Cluster:
     termination: Termination
     ipclock: IpClock | None
 
-    def __init__(self, cfg: Config, seen: BitCache, frontier: Frontier,
+    def __init__(self, cfg: Config, seen: SeenCache, frontier: Frontier,
                  stats: Stats) -> None:
         assert cfg.cluster is not None
         self.cfg, self.frontier, self.stats = cfg, frontier, stats
@@ -98,7 +98,8 @@ class Cluster:
         self._seq = 0  # numbers every step that gives this node work (termination.py)
         self.admission = Admission(self.link, seen, frontier, stats,
                                    self.membership.owner, self.next_seq, self._queued)
-        self.inbox = Inbox(self.link, frontier, self.next_seq, self._queued, self._adopt)
+        self.inbox = Inbox(self.link, frontier, self.next_seq, self._queued, self._adopt,
+                           seen.add)
         self.outbox = Outbox(self.link, self.beat, self.route)
         self.tasks: list[asyncio.Task[Any]] = []
         self.shared_verdicts: SharedVerdicts | None = None
@@ -241,6 +242,7 @@ class Cluster:
         try:
             await self.membership.register(new_crawl=True)
             await self._restore_figures()
+            await self._check_seen_set()
             await self.membership.recover(self.node)  # a previous run's URLs -> own stream
         except (OSError, RedisError) as exc:
             await self.link.close()
@@ -267,6 +269,26 @@ class Cluster:
         except (ValueError, KeyError, TypeError):
             previous = 0
         self.stats.urls_seen = max(self.stats.urls_seen, previous)
+
+    async def _check_seen_set(self) -> None:
+        """Warn of what makes the seen-set in Redis cost more or know less than it should: a
+        Redis that keeps sets of 511 integers as hash tables (`redis_seen.CAP`: ~60 bytes a
+        URL instead of 8), and a crawl begun by a version whose seen-set was a Redis bitmap
+        (`seen:<i>` keys: the fingerprints do not know those URLs, which may be fetched
+        again)."""
+        try:
+            config = await self.link.execute("CONFIG", "GET", "set-max-intset-entries")
+            entries = int(next(iter(config.values()))) if config else CAP
+        except (RedisError, ValueError, AttributeError):  # CONFIG refused (a managed Redis)
+            entries = CAP
+        if entries < CAP:
+            log.warning("cluster %s: Redis's set-max-intset-entries is %d: the seen-set's sets "
+                        "of up to %d fingerprints take ~60 bytes a URL instead of 8 (set it to "
+                        "%d or more)", self.cfg.cluster_name, entries, CAP, CAP)
+        if await self.link.execute("EXISTS", self.link.key("seen", "0")):
+            log.warning("cluster %s: Redis holds an older version's seen-set (%s); the URLs it "
+                        "saw are not known to this version's and may be fetched again",
+                        self.cfg.cluster_name, self.link.key("seen", "0"))
 
     async def _heartbeats(self) -> None:
         """Every HEARTBEAT_S: heartbeat, then recover the nodes that are gone."""

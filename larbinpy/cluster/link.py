@@ -6,7 +6,7 @@ page). All keys of one crawl start with `larbinpy:<clusterName>:`:
 
 | key | type | what |
 |---|---|---|
-| `seen:<i>` | string (bitmap) | the seen-set's bits `[i * 2^32, (i+1) * 2^32)`: 512 MiB max |
+| `fp:<digits>` | set (intset) | the seen-set: URL fingerprints ending in those digits |
 | `nodes` | sorted set | live nodes, scored by heartbeat expiry (ms, Redis clock) |
 | `dead` | set | nodes gone whose queued URLs still wait to be recovered |
 | `in:<node>` | stream (group `larbinpy`) | URLs sent to a node: one entry per batch |
@@ -40,7 +40,6 @@ from larbinpy.records import Job, JobKind
 log = logging.getLogger("larbinpy.cluster")
 T = TypeVar("T")  # what a retried round trip returns
 
-KEY_BITS = 1 << 32  # bits per seen-set key: Redis strings are limited to 512 MiB
 GROUP = "larbinpy"  # the consumer group of every inbound stream
 LOCAL_ONLY = frozenset({"url"})  # Job fields that travel apart (the URL is the key)
 RETRY_S = 1.0  # pause after a failed round trip before trying it again

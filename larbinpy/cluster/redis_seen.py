@@ -1,24 +1,45 @@
-"""The cluster's input step: the seen-set in Redis bitmaps, and routing of each new URL.
+"""The cluster's input step: the exact seen-set in Redis, and routing of each new URL.
 
 In cluster mode the input stage still normalizes and scopes URLs, and tests them against a
-local cache (the node's own `BitmapSeenSet`, with the same bit positions); what the cache has
-not seen goes to `Admission` (the input stage's `Admission` seam, `stages/input.py`), which
-batches it and makes one round trip:
+local cache (the node's own exact seen-set, `frontier/seen.py`'s `ExactSeenSet`, holding what
+this node has admitted or found seen); what the cache has not seen goes to `Admission` (the
+input stage's `Admission` seam, `stages/input.py`), which batches it and makes one round trip:
 
-* one Lua script sets every URL's bits in Redis with SETBIT, which returns the old bit --
-  larbin's test-and-set, atomic across nodes: a URL is new for exactly one node;
+* one Lua script adds every URL's 64-bit fingerprint (`seen.fingerprint`, the single node's)
+  to the cluster's set of fingerprints; SADD says whether it was there -- a test-and-set,
+  atomic across nodes: a URL is new for exactly one node, and two URLs are confused only when
+  their 64-bit fingerprints are equal (the single node's birthday bound: 2.7e-4 URLs expected
+  lost over a crawl of 10^8);
 * in the same script each new URL goes where it belongs: this node's `pending` hash (then the
   local FIFO) for sites this node owns, the owner's `in` stream for the others (an owner that
   is no longer live keeps it here; the local FIFO forwards it once the view is fresh).
 
-Why one script: setting the bit and recording the URL somewhere durable happen together, so
+Why one script: recording the fingerprint and the URL somewhere durable happen together, so
 a `kill -9` at any moment never leaves a URL marked seen and recorded nowhere (the embedded
-crawler gets the same guarantee by journaling before marking seen).
+crawler gets the same guarantee by journaling before marking seen). Why in Redis rather than
+in each site owner: a site changes owner when a node joins or dies, and a dead node's disk is
+gone; a set in Redis moves with nothing.
+
+How the fingerprints are stored (`fp:<digits>` sets): Redis keeps a set of at most
+`set-max-intset-entries` (512) integers as an intset, a sorted array of 8-byte integers, and
+any larger set as a hash table of some 60 bytes a member. So no set here grows beyond
+`CAP` = 511 members (the intset is then exactly 4,096 bytes, a jemalloc size class): a
+fingerprint, written in decimal, goes to the set named by its last `ROOT` = 4 digits (10,000
+sets, 5.1M fingerprints); when that one is full, to the set of its last 5 digits (100,000
+sets, 51M), and so on, a digit more a level. The script walks that path: a full set is
+searched (SISMEMBER), the first one not full takes the fingerprint (SADD). Sets only grow, so
+a fingerprint found nowhere on its path is new, and is stored in one place only. Redis memory:
+8 bytes a URL in its set, plus each set's key and header (some 90 bytes) shared by its members:
+about 1 MB for the first level's 10,000 sets while they fill, then 9-12 bytes a URL (the most
+just after a level is opened, its sets nearly empty): 9.18 measured at 10M URLs
+(docs/benchmarks.md). Nothing else of a seen URL stays in Redis (its job leaves the pending
+hash once fetched).
 
 Batching: jobs of every page discovered while a round trip is in flight go in the next one,
 so a page's 40 links cost at most one round trip, and under load less. A URL the cache has
-seen never costs a round trip: the cache's bits were set in Redis first, so a cache hit is a
-Redis hit. Bits: position p lives in key `seen:<p // 2^32>`, bit `p % 2^32` (512 MiB a key).
+seen never costs a round trip: the cache holds only URLs already in Redis's set (added after
+the round trip, or received from another node: `streams.Inbox`), and it is exact, so a cache
+hit is a Redis hit.
 """
 
 from __future__ import annotations
@@ -29,8 +50,9 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from larbinpy.cluster.link import KEY_BITS, Link, encode_extra
+from larbinpy.cluster.link import Link, encode_extra
 from larbinpy.frontier.interface import Frontier
+from larbinpy.frontier.seen import fingerprint
 from larbinpy.links.urls import site_key
 from larbinpy.records import Job
 from larbinpy.stats import Outcome, Stats
@@ -39,25 +61,32 @@ log = logging.getLogger("larbinpy.cluster")
 
 BATCH = 2000  # jobs per admission round trip at most
 SETTLE_POLL_S = 0.1  # settled(): how often a waiter re-checks whether the loops are stopping
+CAP = 511  # fingerprints a set at most: an intset of 8 + 511 * 8 = 4,096 bytes (see above)
+ROOT = 4  # the first level's sets are named by a fingerprint's last 4 decimal digits
+_SIGN = 1 << 63  # fingerprints travel as signed 64-bit integers (an intset's members)
 
-# KEYS: nodes, pending:me, node:me, admitted. ARGV: prefix, me, K, seq, bits a key, then per
-# job: owner, url, extra, force (1/0), K bit positions. Returns one flag a job (0, 1, 2).
+# KEYS: nodes, pending:me, node:me, admitted. ARGV: prefix, me, seq, CAP, ROOT, then per job:
+# owner, url, extra, force (1/0), fingerprint. Returns one flag a job (0, 1, 2).
 ADMIT = """
-local prefix, me, k, seq = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local key_bits = tonumber(ARGV[5])
+local prefix, me, seq = ARGV[1], ARGV[2], ARGV[3]
+local cap, root = tonumber(ARGV[4]), tonumber(ARGV[5])
+local fp_prefix = prefix .. 'fp:'
+local function add(fp)
+  local digits = root
+  while true do
+    local key = fp_prefix .. string.sub(fp, -digits)
+    if redis.call('SCARD', key) < cap then return redis.call('SADD', key, fp) == 1 end
+    if redis.call('SISMEMBER', key, fp) == 1 then return false end
+    digits = digits + 1
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local flags, sent, own, fresh_n, i = {}, {}, 0, 0, 6
 while i <= #ARGV do
-  local owner, url, extra, force = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  i = i + 4
-  local fresh = force == '1'
-  for h = 1, k do
-    local p = tonumber(ARGV[i])
-    i = i + 1
-    local key = prefix .. 'seen:' .. math.floor(p / key_bits)
-    if redis.call('SETBIT', key, p % key_bits, 1) == 0 then fresh = true end
-  end
+  local owner, url, extra, force, fp = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  i = i + 5
+  local fresh = add(fp) or force == '1'
   if not fresh then
     flags[#flags + 1] = '0'
   else
@@ -87,14 +116,15 @@ return table.concat(flags)
 """
 
 
-class BitCache(Protocol):
-    """The local seen-set as the Redis one's cache: ADMIT sets the same bits (`positions`)."""
+def redis_fingerprint(url: str) -> int:
+    """The URL's fingerprint as Redis stores it: `seen.fingerprint`, as a signed 64-bit
+    integer (a set of those is an intset)."""
+    fp = fingerprint(url)
+    return fp - (1 << 64) if fp & _SIGN else fp
 
-    k: int  # bits a key sets
 
-    def positions(self, key: str) -> list[int]:
-        """The key's bit positions."""
-        ...
+class SeenCache(Protocol):
+    """The local seen-set as the Redis one's cache: it must be exact (a hit skips Redis)."""
 
     def add(self, keys: Iterable[str]) -> None:
         """Record keys as seen."""
@@ -105,7 +135,7 @@ class Admission:
     """Batches candidate jobs into ADMIT round trips; own new jobs go to the local FIFO."""
 
     def __init__(
-        self, link: Link, cache: BitCache, frontier: Frontier, stats: Stats,
+        self, link: Link, cache: SeenCache, frontier: Frontier, stats: Stats,
         owner: Callable[[str], str], next_seq: Callable[[], int],
         on_queued: Callable[[], None],
     ) -> None:
@@ -173,12 +203,11 @@ class Admission:
 
     async def _admit(self, batch: list[tuple[Job, bool]]) -> bytes:
         """The ADMIT round trip: one flag per job (0 seen, 1 own and new, 2 sent)."""
-        positions = self.cache.positions  # the same bits as the cache: a cache hit is a hit
         owner, me = self.owner, self.link.node
-        args: list[object] = [self.link.prefix, me, self.cache.k, self.next_seq(), KEY_BITS]
+        args: list[object] = [self.link.prefix, me, self.next_seq(), CAP, ROOT]
         for job, force in batch:
             args += (owner(site_key(job.url)), job.url, encode_extra(job), "1" if force else "0",
-                     *positions(job.url))
+                     redis_fingerprint(job.url))
         flags: bytes = await self.link.call(self.script, self.keys, args)
         return flags
 

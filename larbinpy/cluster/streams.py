@@ -61,10 +61,15 @@ class Inbox:
 
     def __init__(self, link: Link, frontier: Frontier, next_seq: Callable[[], int],
                  on_queued: Callable[[], None],
-                 on_histories: Callable[[list[bytes]], None]) -> None:
+                 on_histories: Callable[[list[bytes]], None],
+                 remember: Callable[[list[str]], None]) -> None:
         self.link, self.frontier = link, frontier
         self.next_seq, self.on_queued = next_seq, on_queued
         self.on_histories = on_histories  # revisits handed over: to the recrawl schedule
+        # the local seen-set, Redis's cache: what arrives here is in Redis's seen-set already
+        # (ADMIT added it before sending it), and this node, owning those sites, meets their
+        # URLs again as links of their pages: the cache spares them a trip to Redis
+        self.remember = remember
         self.stream = link.key("in", link.node)
         self.pending = link.key("pending", link.node)
         self.node_key = link.key("node", link.node)
@@ -109,6 +114,7 @@ class Inbox:
         if jobs:
             self.frontier.push(jobs)
             self.frontier.flush()
+            self.remember([job.url for job in jobs])
         if histories:
             self.on_histories(histories)
         commands: list[tuple[object, ...]] = []

@@ -6,8 +6,8 @@ local queues of a node whose `idle` is 0, or belongs to a node in the `dead` set
 
 * a node gains work only through Redis -- acknowledging an inbound entry, or admitting URLs
   -- and that same step sets its `idle` to 0 and `seq` to a new local number;
-* URLs for another node enter the owner's stream atomically with the seen-set bits (ADMIT)
-  or with leaving the sender's pending hash (FORWARD), and leave a stream only by an
+* URLs for another node enter the owner's stream atomically with the seen-set's fingerprints
+  (ADMIT) or with leaving the sender's pending hash (FORWARD), and leave a stream only by an
   acknowledgement that sets the receiver busy;
 * a node reports idle with the `seq` it had when it found itself idle (nothing queued, in
   flight, buffered or unacknowledged): every step numbered up to then has completed, and any

@@ -27,8 +27,8 @@ found seen, as strings: a site's navigation links repeat on each of its pages. `
 and 20 drawn uniformly from all URLs before (each one a read of the table): a memo flatters
 only the first half, and real crawls repeat recent links far more often than that.
 
-A cluster (larbinpy/cluster) keeps its seen-set in Redis bitmaps and uses a `BitmapSeenSet`
-only as a local cache of them: it is not exact, and making it so is out of this module's scope.
+A cluster (larbinpy/cluster) keeps its seen-set in Redis, as these same 64-bit fingerprints
+(`fingerprint`, in sets: `cluster/redis_seen.py`), and an `ExactSeenSet` a node as its cache.
 
 Durability: the bitmap's bits and the table's slots are written into the kernel's page cache
 as they are set (mmap, pwrite), so a `kill -9` keeps every decision; `flush()` (the checkpoint)
