@@ -374,7 +374,7 @@ async def test_a_real_sites_requisites_are_in_the_warcs(make_web):
     fonts, scripts, icons and images; LARBINPY_REAL_SITE names another directory), served on
     loopback and crawled with `output warc`, every page a seed: every page is archived, and
     at least 98% of the requisites its pages (and their stylesheets) reference and the site
-    serves."""
+    serves; the WARC files pass `warcio check`, and the crawl packs as a valid WACZ."""
     if not (REAL_SITE / "index.html").is_file():
         pytest.skip(f"no site in {REAL_SITE} (rustup component add rust-docs, or "
                     "LARBINPY_REAL_SITE=DIR)")
@@ -415,3 +415,10 @@ async def test_a_real_sites_requisites_are_in_the_warcs(make_web):
     assert len(wanted) > 50  # fonts, stylesheets, scripts, icons, images
     kept = [u for u in wanted if archived.get(u) == "200"]
     assert len(kept) >= 0.98 * len(wanted), sorted(set(wanted) - set(kept))[:20]
+    # and the crawl packs as a WACZ py-wacz's validator accepts
+    from test_wacz import larbinpy_wacz, validate
+
+    packed = tw.tmp / "book.wacz"
+    result = larbinpy_wacz(str(tw.tmp / "save"), "-o", str(packed))
+    assert result.returncode == 0, result.stderr
+    validate(packed)
