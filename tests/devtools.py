@@ -94,12 +94,18 @@ class Tab:
         return seen
 
     async def load(self, url: str, timeout: float = 30) -> list[Request]:
-        """Navigate to `url` and wait until the load event fired, every request it made has
-        ended and two frames were painted: the requests, in the order they were made."""
+        """Navigate to `url` and wait until the page's network is idle (Chromium's
+        `networkIdle`: no request for 500 ms, so what starts after the load event, such as
+        the icon, is in), every request it made has ended and two frames were painted: the
+        requests, in the order they were made."""
         self.events.clear()
-        await self.call("Page.navigate", url=url)
-        await until(lambda: any(e["method"] == "Page.loadEventFired" for e in self.events),
-                    f"the load event of {url}", timeout=timeout)
+        loader = (await self.call("Page.navigate", url=url))["loaderId"]
+
+        def idle() -> bool:  # of this navigation's document, not the one before
+            return any(e["method"] == "Page.lifecycleEvent" and e["params"]["loaderId"] == loader
+                       and e["params"]["name"] == "networkIdle" for e in self.events)
+
+        await until(idle, f"the network of {url} idle", timeout=timeout)
         await until(lambda: all(r.done for r in self.requests().values()),
                     f"every request of {url} answered", timeout=timeout)
         await self.call("Runtime.evaluate", awaitPromise=True, expression=(
@@ -174,6 +180,7 @@ class Browser:
         self.tabs.append(tab)
         for method in ("Page.enable", "Network.enable"):
             await tab.call(method)
+        await tab.call("Page.setLifecycleEventsEnabled", enabled=True)
         await tab.call("Network.setCacheDisabled", cacheDisabled=True)
         await tab.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=HEIGHT,
                        deviceScaleFactor=1, mobile=False)
