@@ -215,6 +215,7 @@ def sites() -> list[Site]:
 
 
 async def test_each_page_replays_in_a_browser_as_it_looked_live(make_web):
+    """One `output warc` crawl; the home page (its iframe too) and the about page, replayed."""
     tw = await make_web(sites())
     fill(tw.web)
     await tw.crawl(f"startUrl {tw.url('w.test')}\noutput warc\n")
@@ -247,10 +248,14 @@ class ValidatedWeb(LocalWeb):
 
 
 async def test_a_changed_page_replays_from_its_requisites_revisit_records(tmp_path):
+    """`recrawl on`: the home page fetched, found not modified, changed (v2's banner is twice
+    as high, so a replay of v1 would differ by a quarter of the screen) and fetched again, its
+    requisites conditional-GET'd into revisit records of both profiles; replayed, it looks as
+    v2 does live."""
     plain = {"/js/app.js", "/img/photo-1x.png"}  # no validators: identical payloads
     web_ = ValidatedWeb(sites(), plain)
     dns = await start_web(web_)
-    lab = Lab(web_, dns, tmp_path)  # type: ignore[arg-type]
+    lab = Lab(web_, dns, tmp_path)  # type: ignore[arg-type]  # (any LocalWeb will do)
     home_url = lab.url("w.test")
     wanted = {lab.url("w.test", p) for p in HOME_REQUISITES}
 
