@@ -138,3 +138,23 @@ class Pywb:
     def replay_all(self, url: str) -> list[tuple[Capture, int, bytes]]:
         """Every capture of `url` with the status and body pywb replays for it."""
         return [(c, *self.replay(url, c.timestamp)) for c in self.captures(url)]
+
+
+class ProxyPywb(Pywb):
+    """pywb in proxy mode: a browser pointed at it (`--proxy-server`, or a DevTools browser
+    context's proxyServer) asks for the original URLs and gets the collection's latest
+    capture of each, or pywb's "not in archive" page (a 404). Content is rewritten only to
+    insert pywb's own scripts (its `bn_` mode); the banner is off, so the page looks as it was
+    archived."""
+
+    def __enter__(self) -> ProxyPywb:
+        """Write pywb's config.yaml, then index and start as `Pywb` does."""
+        (self.workdir / "config.yaml").write_text(
+            f"proxy:\n  coll: {COLLECTION}\n  recording: false\n  enable_banner: false\n")
+        super().__enter__()
+        return self
+
+    @property
+    def proxy(self) -> str:
+        """host:port to give a browser as its HTTP proxy."""
+        return f"127.0.0.1:{self.port}"
