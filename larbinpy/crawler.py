@@ -288,8 +288,10 @@ class Crawler:
         return top_sites(self.sites)
 
     def site_view(self, host: str) -> list[dict[str, Any]]:
-        """The sites of one host[:port], with their last outcomes (`/sites/HOST`)."""
-        return site_detail(self.sites, host)
+        """The sites of one host[:port], with their last outcomes and, with recrawl, the pages
+        whose revisits find the most new URLs (`/sites/HOST`)."""
+        return [{**found, "discovers_most": self.recrawl.discoverers(found["site"])}
+                for found in site_detail(self.sites, host)]
 
     # --- run ---
 

@@ -27,6 +27,7 @@ from revisitweb import ChangingPage, RevisitWeb
 
 from larbinpy.config import parse_config
 from larbinpy.crawler import Crawler
+from larbinpy.daemon.sitespage import render_site
 from larbinpy.daemon.status import snapshot
 from larbinpy.daemon.statuspage import metrics_text, render_html
 from larbinpy.demo import DnsServer, Site
@@ -568,7 +569,11 @@ async def test_a_front_page_listing_new_articles_is_revisited_for_them_and_they_
         await until(lambda: crawler.recrawl.figures()["discovery"]["found_by_revisits"] >= 8,
                     "the discoveries counted")
         figures = crawler.recrawl.figures()["discovery"]
+        detail = crawler.site_view(f"{host}:{w.web.port}")  # /sites/HOST
+        page = render_site(host, detail)
     assert sorted(delays)[len(delays) // 2] < 2.0, delays
+    assert detail and detail[0]["discovers_most"][0]["url"] == w.url(host)
+    assert "pages that discover most" in page and w.url(host) in page
     assert figures["delay_median_s"] is not None and figures["top_pages"][0]["url"] == w.url(host)
     found = [line for line in w.log_lines() if line["url"] == w.url(host) and line.get("new")]
     assert sum(line["new"] for line in found) >= 8

@@ -115,6 +115,9 @@ def render_site(host: str, found: list[dict[str, Any]]) -> str:
                  ("back-off (429/503)", _backoff(s)),
                  ("robots.txt", robots_text(s["robots"])),
                  ("next fetch allowed", _when(s["next_fetch"]))]
+        if s.get("discovers_most"):
+            facts.append(("pages that discover most (new URLs their revisits found)",
+                          "; ".join(f'{p["url"]} ({p["found"]})' for p in s["discovers_most"])))
         if s["dead"] is not None:
             d = s["dead"]
             facts.append(("dead", f'{d["reason"]} until {_when(d["until"])}'

@@ -56,6 +56,14 @@ class Discovery:
         if when is not None:
             self.delays.append((now, max(0.0, now - when)))
 
+    def site_top(self, site: str, n: int = TOP) -> list[dict[str, Any]]:
+        """The pages of one site (its key, scheme://host[:port]) that found the most, with how
+        many: a look through the FINDERS_KEPT pages kept, by prefix."""
+        prefix = site + "/"
+        mine = [(url, k) for url, k in self.finders.items() if url.startswith(prefix)]
+        mine.sort(key=lambda item: -item[1])
+        return [{"url": url, "found": k} for url, k in mine[:n]]
+
     def figures(self, now: float) -> dict[str, Any]:
         """status.json's `recrawl.discovery`: new pages found by revisits, the discovery
         delay's median and 90th percentile over the last hour, the pages that find most."""

@@ -76,6 +76,11 @@ class Recrawl(Protocol):
         """status.json's `recrawl` object (None: off)."""
         ...
 
+    def discoverers(self, site: str) -> list[dict[str, Any]]:
+        """The pages of a site (its key) whose revisits found the most new URLs, with how
+        many, most first (`/sites/HOST`; empty: off)."""
+        ...
+
     def adopt(self, visits: list[Visit], sites: dict[str, bytes]) -> None:
         """Pages another cluster node handed over with their history, and their sites'
         states."""
@@ -123,6 +128,10 @@ class NoRecrawl:
     def figures(self) -> dict[str, Any] | None:
         """No recrawl figures."""
         return None
+
+    def discoverers(self, site: str) -> list[dict[str, Any]]:
+        """No revisits, no discoverers."""
+        return []
 
     def adopt(self, visits: list[Visit], sites: dict[str, bytes]) -> None:
         """No node hands pages over with their history (nor is any asked to)."""

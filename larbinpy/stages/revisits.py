@@ -294,6 +294,10 @@ class Revisits:
             self.feed.wake.set()
         return known
 
+    def discoverers(self, site: str) -> list[dict[str, Any]]:
+        """The site's pages whose revisits found the most new URLs (`Discovery.site_top`)."""
+        return self.discovery.site_top(site)
+
     def figures(self) -> dict[str, Any] | None:
         """status.json's `recrawl` object: the schedule's gauges, the revisits by outcome,
         the 304 share and the copy's estimated freshness."""
