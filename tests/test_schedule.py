@@ -282,6 +282,9 @@ def test_random_operations_match_a_model(tmp_path: Path, seed: int) -> None:
     s = Schedule(tmp_path, granularity=1.0, buffer_records=rng.choice([7, 50, 10_000]))
     model: dict[str, Visit] = {}  # scheduled pages, not in flight
     flying: dict[str, Visit] = {}  # popped, not put again yet
+    # in flight at a restart, not popped since: its record may be a copy in a later bucket
+    # (`Schedule._rehome`), so a force puts it due at the reader's bucket (still due now)
+    restored: set[str] = set()
     now = T0
     for step in range(1500):
         op = rng.random()
@@ -293,6 +296,7 @@ def test_random_operations_match_a_model(tmp_path: Path, seed: int) -> None:
                 s.put(v)
                 model[v.url] = v
                 flying.pop(v.url, None)
+                restored.discard(v.url)
         elif op < 0.75:
             now += rng.uniform(0, 8)
             limit = rng.choice([3, 1000])
@@ -300,7 +304,10 @@ def test_random_operations_match_a_model(tmp_path: Path, seed: int) -> None:
             for v in got:
                 assert v.url in model, "popped a page not scheduled (or twice)"
                 assert v.due <= now
-                assert same_but_due(v, model.pop(v.url))
+                want = model.pop(v.url)
+                assert same_but_due(v, want) or (v.url in restored and same_but_due(
+                    v, replace(want, due=v.due)))
+                restored.discard(v.url)
                 flying[v.url] = v
             if len(got) < limit:  # all that was due came out, to the granularity
                 assert not [u for u, v in model.items() if v.due < now - 2.0]
@@ -322,6 +329,7 @@ def test_random_operations_match_a_model(tmp_path: Path, seed: int) -> None:
             s.close()
             s = Schedule(tmp_path, pos)
             model.update(flying)  # a restart pops the pages in flight again
+            restored |= flying.keys()
             flying.clear()
         elif flying:
             url = rng.choice(sorted(flying))  # fetched: put again
