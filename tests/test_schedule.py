@@ -166,6 +166,36 @@ def test_reopen_pops_again_what_was_in_flight_and_nothing_put_since(tmp_path: Pa
     assert len(urls) == len(set(urls)) == 1000
 
 
+def test_a_page_long_in_flight_holds_no_files_and_a_restart_pops_it_again(
+        tmp_path: Path) -> None:
+    """Issue 45: one revisit waiting for its site while time runs on held every bucket file
+    since (and their records in memory) until it was fetched. Now a checkpoint copies it
+    forward: the files kept span FAN buckets, and a restart still pops it, history intact."""
+    s = Schedule(tmp_path, granularity=1.0)
+    slow = page(0, T0)
+    s.put(slow)
+    s.flush()
+    assert [v.url for v in s.pop_due(T0 + 2, 10)] == [slow.url]  # in flight from now on
+    t = T0
+    for step in range(1, 11):  # 10 checkpoints, 50 buckets apart: 500 buckets of revisits
+        for i in range(50):
+            s.put(page(step * 100 + i, t + i))
+        s.flush()
+        t += 50
+        for v in s.pop_due(t, 10**6):  # fetched at once: put again far ahead
+            s.put(replace(v, due=t + 10**5))
+        pos = s.position()
+        s.sync()
+        s.release(pos)
+        files = list(tmp_path.glob("n*.blk"))
+        assert len(files) <= sched.FAN + 51, step  # not one a bucket since the slow page
+    assert s.get(slow.url) == slow  # the run goes on with the record it popped
+    s.close()
+    s = Schedule(tmp_path, pos)  # a kill: the slow page was never fetched
+    again = s.pop_due(t + 2, 10**6)
+    assert [v.url for v in again] == [slow.url] and same(again[0], slow)
+
+
 KILL_CHILD = """
 import json, os, random, sys
 sys.path.insert(0, "tests")
