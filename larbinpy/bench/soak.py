@@ -202,6 +202,7 @@ def soak_bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     kinds = tuple(args.kinds.split(",")) if args.kinds else KINDS
     with ChangingServer(workdir, kinds=kinds, hosts_per_kind=args.hosts_per_kind,
                         pages=args.pages, seed=args.seed, answers=False,
+                        rate=args.change_rate,
                         lifetime=args.soak + 2 * STOP_TIMEOUT + 60) as server:
         port = free_port()
         conf = workdir / "larbin.conf"
@@ -214,7 +215,7 @@ def soak_bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     result.update(seconds=args.soak, warmup_s=warmup, pages=pages,
                   hosts=len(kinds) * args.hosts_per_kind, wait=args.wait,
                   recrawl_min=args.recrawl_min, recrawl_max=args.recrawl_max,
-                  output=args.output, exit_code=code, warcs_deleted=rotation.warcs,
+                  output=args.output, change_rate=args.change_rate, exit_code=code, warcs_deleted=rotation.warcs,
                   warc_bytes=rotation.warc_bytes, crawl_log_bytes=rotation.log_bytes,
                   trace=samples if args.json else None)
     if code != 0:
@@ -269,5 +270,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
                    help="--soak: seconds before the slopes are taken [a quarter, at most 300]")
     g.add_argument("--every", type=float, default=10.0,
                    help="--soak: seconds between two samples [10]")
+    g.add_argument("--change-rate", type=float, default=None, metavar="PER_S",
+                   help="--soak: every page changes this often a second, instead of the "
+                        "change-rate web's mixture (more changed pages a revisit)")
     g.add_argument("--progress", action="store_true",
                    help="--soak: print each sample (JSON) on stderr as it is taken")
