@@ -215,7 +215,8 @@ def soak_bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     result.update(seconds=args.soak, warmup_s=warmup, pages=pages,
                   hosts=len(kinds) * args.hosts_per_kind, wait=args.wait,
                   recrawl_min=args.recrawl_min, recrawl_max=args.recrawl_max,
-                  output=args.output, change_rate=args.change_rate, exit_code=code, warcs_deleted=rotation.warcs,
+                  output=args.output, change_rate=args.change_rate, exit_code=code,
+                  warcs_deleted=rotation.warcs,
                   warc_bytes=rotation.warc_bytes, crawl_log_bytes=rotation.log_bytes,
                   trace=samples if args.json else None)
     if code != 0:
