@@ -13,7 +13,8 @@ Layout: a two-level timing wheel of append-only files of compressed record block
   far ahead go to few files: big blocks, good compression). A fine bucket is read once it has
   ended: pages come out at most one granularity late, never early, earliest bucket first.
 - `index` (fpindex.FingerprintIndex): URL key -> fine bucket number (mod 2^24 - 1) of the
-  page's current record. A record whose bucket is not the index's is stale (the page was put
+  page's current record (the bucket it is read from: its due time's, but for a copy made for
+  a page long in flight). A record whose bucket is not the index's is stale (the page was put
   again since) and is skipped when read; a put that would land in the same bucket as the
   page's previous record moves one bucket later, so two records of a page never share one.
 - `wheel`: the last far bucket spread out (and, while one is being spread, the sizes its fine
@@ -30,7 +31,10 @@ Crash contract (kill -9):
   kill in between leaves the page's previous record current (its new one stale);
 - `position()` is the place of the oldest record popped and not yet put again (or dropped):
   reopening there pops again every page that was in flight, and skips those put since (their
-  index entry moved on). The crawler saves it in its checkpoint, as DiskFrontier's cursors;
+  index entry moved on). The crawler saves it in its checkpoint, as DiskFrontier's cursors.
+  A page in flight for more than FAN buckets is first given a copy of its record at the end
+  of the last bucket read (`_rehome`), so the position, and the files kept, never reach back
+  further than FAN buckets and a checkpoint interval, however long a visit waits;
 - a torn last block (a write cut by the kill) is cut off on open; a far bucket cut while it
   was being spread out is spread again from its file (the fine files cut back first);
 - files before the position go in `release(position)`, once the checkpoint is durable;
