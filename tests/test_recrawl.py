@@ -15,6 +15,7 @@ import math
 import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -441,6 +442,42 @@ async def test_schedules_resume_after_kill_9_and_sigterm_keeps_them(lab):
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+async def test_the_done_record_keeps_no_revisit_and_a_kill_9_stops_none(lab):
+    """Issue 45: the done-record took every revisit's URL until the next checkpoint (it grew
+    with revisits). And after a `kill -9`, a site whose queue held only jobs the record said
+    were done had them skipped with no fetch ending, so its waiting revisits were never fed:
+    the daemon revisited nothing again. Now the record holds the first pass only (the
+    schedule decides revisits), and a skipped job lets the site's revisits go."""
+    w = await lab("honest", more=8)
+    conf = w.tmp / "larbin.conf"
+    conf.write_text(w.conf(start_urls(w, "honest") + "recrawlMin 0.2\nrecrawlMax 0.4\n"
+                           "checkpointInterval 600\npagesConnexions 2\n"))
+    pages = 10
+    done = w.tmp / "state" / "done"
+    proc = await crawler_process(w, conf)
+    try:
+        await until(lambda: len(w.web.served) >= 6 * pages, "five rounds of revisits")
+        assert len(done.read_text().splitlines()) <= pages  # no line a revisit
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+        killed = time.time()
+        proc = await crawler_process(w, conf)
+
+        def revisits_after() -> Counter[str]:
+            return Counter(a.path for a in w.web.served if a.at > killed)
+
+        await until(lambda: len(revisits_after()) == pages
+                    and min(revisits_after().values()) >= 3, "every page revisited 3 times "
+                    "after the restart")
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, err.decode()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 def sitemap(lab: Lab, host: str, lastmod: float) -> str:

@@ -166,6 +166,36 @@ def test_reopen_pops_again_what_was_in_flight_and_nothing_put_since(tmp_path: Pa
     assert len(urls) == len(set(urls)) == 1000
 
 
+def test_a_page_long_in_flight_holds_no_files_and_a_restart_pops_it_again(
+        tmp_path: Path) -> None:
+    """Issue 45: one revisit waiting for its site while time runs on held every bucket file
+    since (and their records in memory) until it was fetched. Now a checkpoint copies it
+    forward: the files kept span FAN buckets, and a restart still pops it, history intact."""
+    s = Schedule(tmp_path, granularity=1.0)
+    slow = page(0, T0)
+    s.put(slow)
+    s.flush()
+    assert [v.url for v in s.pop_due(T0 + 2, 10)] == [slow.url]  # in flight from now on
+    t = T0
+    for step in range(1, 11):  # 10 checkpoints, 50 buckets apart: 500 buckets of revisits
+        for i in range(50):
+            s.put(page(step * 100 + i, t + i))
+        s.flush()
+        t += 50
+        for v in s.pop_due(t, 10**6):  # fetched at once: put again far ahead
+            s.put(replace(v, due=t + 10**5))
+        pos = s.position()
+        s.sync()
+        s.release(pos)
+        files = list(tmp_path.glob("n*.blk"))
+        assert len(files) <= sched.FAN + 51, step  # not one a bucket since the slow page
+    assert s.get(slow.url) == slow  # the run goes on with the record it popped
+    s.close()
+    s = Schedule(tmp_path, pos)  # a kill: the slow page was never fetched
+    again = s.pop_due(t + 2, 10**6)
+    assert [v.url for v in again] == [slow.url] and same(again[0], slow)
+
+
 KILL_CHILD = """
 import json, os, random, sys
 sys.path.insert(0, "tests")
@@ -282,6 +312,9 @@ def test_random_operations_match_a_model(tmp_path: Path, seed: int) -> None:
     s = Schedule(tmp_path, granularity=1.0, buffer_records=rng.choice([7, 50, 10_000]))
     model: dict[str, Visit] = {}  # scheduled pages, not in flight
     flying: dict[str, Visit] = {}  # popped, not put again yet
+    # in flight at a restart, not popped since: its record may be a copy in a later bucket
+    # (`Schedule._rehome`), so a force puts it due at the reader's bucket (still due now)
+    restored: set[str] = set()
     now = T0
     for step in range(1500):
         op = rng.random()
@@ -293,6 +326,7 @@ def test_random_operations_match_a_model(tmp_path: Path, seed: int) -> None:
                 s.put(v)
                 model[v.url] = v
                 flying.pop(v.url, None)
+                restored.discard(v.url)
         elif op < 0.75:
             now += rng.uniform(0, 8)
             limit = rng.choice([3, 1000])
@@ -300,7 +334,10 @@ def test_random_operations_match_a_model(tmp_path: Path, seed: int) -> None:
             for v in got:
                 assert v.url in model, "popped a page not scheduled (or twice)"
                 assert v.due <= now
-                assert same_but_due(v, model.pop(v.url))
+                want = model.pop(v.url)
+                assert same_but_due(v, want) or (v.url in restored and same_but_due(
+                    v, replace(want, due=v.due)))
+                restored.discard(v.url)
                 flying[v.url] = v
             if len(got) < limit:  # all that was due came out, to the granularity
                 assert not [u for u, v in model.items() if v.due < now - 2.0]
@@ -322,6 +359,7 @@ def test_random_operations_match_a_model(tmp_path: Path, seed: int) -> None:
             s.close()
             s = Schedule(tmp_path, pos)
             model.update(flying)  # a restart pops the pages in flight again
+            restored |= flying.keys()
             flying.clear()
         elif flying:
             url = rng.choice(sorted(flying))  # fetched: put again

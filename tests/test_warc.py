@@ -160,7 +160,7 @@ def test_a_file_is_open_while_written_and_renamed_when_closed(tmp_path):
 
 
 def test_duplicates_become_revisits_of_the_archived_payload(tmp_path):
-    outs = outputs_for(tmp_path)
+    outs = outputs_for(tmp_path, "noDup\n")  # (without it, nothing is a duplicate)
     outs.write(hand_page("http://x.test/a", b"same body"))
     outs.record_duplicate(hand_page("http://x.test/b", b"same body"))
     outs.record_duplicate(hand_page("http://x.test/c", b"never archived"))
@@ -181,7 +181,8 @@ async def test_a_revisit_read_in_the_same_turn_as_its_page_is_archived_after_it(
     from larbinpy.crawler import Crawler
 
     crawler = Crawler(parse_config(f"stateDir {tmp_path}/state\nsaveDir {tmp_path}/save\n"
-                                   "output warc\nhttpPort 0\ninputPort 0\n"), scratch=True)
+                                   "output warc\nnoDup\nhttpPort 0\ninputPort 0\n"),
+                      scratch=True)
     outputs = crawler.outputs
     crawler.parser.pass_on(outputs.write, hand_page("http://x.test/gone", b"no", status=404))
     crawler.parser.take(hand_page("http://x.test/a", b"same body"))

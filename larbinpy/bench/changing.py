@@ -213,7 +213,8 @@ class ChangingWeb(LocalWeb):
 
     def __init__(self, kinds: tuple[str, ...] = KINDS, hosts_per_kind: int = 2,
                  pages: int = 40, seed: int = 1, page_bytes: int = 2000,
-                 fixed_rate: float | None = None, t0: float | None = None) -> None:
+                 fixed_rate: float | None = None, t0: float | None = None,
+                 answers: bool = True) -> None:
         hosts = [host_name(k, j) for k in kinds for j in range(hosts_per_kind)]
         # one loopback IP per host (127.0.4.x...), so per-IP politeness never joins two hosts
         super().__init__([Site(h, host_ip(i, IP_BASE)) for i, h in enumerate(hosts)],
@@ -222,6 +223,7 @@ class ChangingWeb(LocalWeb):
         self.seed, self.page_bytes, self.npages = seed, page_bytes, pages
         self.pages = make_pages(kinds, hosts_per_kind, pages, seed, self.t0, fixed_rate)
         self.answers: list[Answer] = []
+        self.keep_answers = answers  # off for a soak: a long run's answers would fill memory
         self._churn = 0  # etag-churn's counter: a new ETag every answer
 
     def page_urls(self) -> list[str]:
@@ -261,8 +263,9 @@ class ChangingWeb(LocalWeb):
             resp, version = web.Response(status=404, text="not found"), -1
         await resp.prepare(request)
         await resp.write_eof()
-        self.answers.append(Answer(start, time.time(), host, path, resp.status, version,
-                                   inm is not None, ims is not None))
+        if self.keep_answers:
+            self.answers.append(Answer(start, time.time(), host, path, resp.status, version,
+                                       inm is not None, ims is not None))
         return resp
 
     def _control(self, request: web.BaseRequest, host: str, path: str) -> web.Response:
@@ -358,13 +361,15 @@ class ChangingServer(ChildServer):
     def __init__(self, workdir: Path, *, kinds: tuple[str, ...] = KINDS,
                  hosts_per_kind: int = 2, pages: int = 40, seed: int = 1,
                  page_bytes: int = 2000, rate: float | None = None,
-                 lifetime: float = 3600.0) -> None:
+                 lifetime: float = 3600.0, answers: bool = True) -> None:
         self.log_file = workdir / "changing-web.json"
         args = ["--kinds", ",".join(kinds), "--hosts-per-kind", str(hosts_per_kind),
                 "--pages", str(pages), "--seed", str(seed), "--page-bytes", str(page_bytes),
                 "--lifetime", str(lifetime), "--log", str(self.log_file)]
         if rate is not None:
             args += ["--rate", str(rate)]
+        if not answers:
+            args.append("--no-answers")
         super().__init__("larbinpy.bench.changing", args, workdir, "changing web")
         self.kinds, self.hosts_per_kind, self.pages = kinds, hosts_per_kind, pages
 
@@ -409,7 +414,7 @@ async def serve(args: argparse.Namespace) -> None:
     """Serve until SIGTERM/SIGINT or the end of the lifetime; write the log on the way out."""
     kinds = tuple(args.kinds.split(",")) if args.kinds else KINDS
     web_ = ChangingWeb(kinds, args.hosts_per_kind, args.pages, args.seed, args.page_bytes,
-                       args.rate)
+                       args.rate, answers=not args.no_answers)
     await web_.start()
     await serve_until_stopped(web_, args)
 
@@ -451,6 +456,8 @@ def parser() -> argparse.ArgumentParser:
                    help="every page changes at this rate (1/s) instead of the mixture")
     s.add_argument("--lifetime", type=float, default=3600.0,
                    help="stop by itself after this many seconds [3600]")
+    s.add_argument("--no-answers", action="store_true",
+                   help="do not record every answer (a soak: its log would grow all the run)")
     s.add_argument("--ready-file", default=None)
     s.add_argument("--log", default=None, help="write the truth (JSON) here when stopping")
     return p

@@ -22,7 +22,8 @@ Other modes: `--nodes` (clusters of processes, `cluster.py`) and `--micro`, `--f
 `--recrawl` (how fresh the daemon keeps a copy of a changing web, `recrawl.py`),
 `--schedule` (the recrawl schedule alone on a simulated clock, `schedbench.py`),
 `--news` (how soon the daemon finds new pages of a news web, beside two reference clients,
-`news.py`).
+`news.py`), `--soak` (whether a recrawling daemon stays the same size as it runs,
+`soak.py`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import Any
 
 import aiohttp
 
-from larbinpy.bench import news, recrawl
+from larbinpy.bench import news, recrawl, soak
 from larbinpy.bench.harness import HASH_BITS, HASH_FUNCTIONS, SynthServer
 from larbinpy.bench.synth import PAGE_SHAPES, host_ip, host_name, synth_urls
 from larbinpy.config import parse_int
@@ -428,6 +429,7 @@ def parser() -> argparse.ArgumentParser:
                         "--nodes: every configuration R times, interleaved; the medians) [1]")
     recrawl.add_options(p)
     news.add_options(p)
+    soak.add_options(p)
     return p
 
 
@@ -794,9 +796,10 @@ def run_and_report(
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `larbinpy bench`; 0 on success, 1 if the server or the crawl fails."""
     args = parser().parse_args(argv)
-    if args.recrawl or args.news:  # own defaults for the options shared (pages, wait, ...)
+    if args.recrawl or args.news or args.soak:  # own defaults for the options shared
         p = parser()
-        p.set_defaults(**(news.DEFAULTS if args.news else recrawl.DEFAULTS))
+        p.set_defaults(**(news.DEFAULTS if args.news else soak.DEFAULTS if args.soak
+                          else recrawl.DEFAULTS))
         args = p.parse_args(argv)
     if args.micro or args.frontier or args.hashset or args.seen or args.schedule:
         return state_bench(args)
@@ -807,6 +810,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_and_report(args, shared_ip_bench, shared_ip_text)
     if args.news:  # `--news` and `--recrawl --news` alike
         return run_and_report(args, news.news_bench, news.report_text)
+    if args.soak:
+        return run_and_report(args, soak.soak_bench, soak.report_text)
     if args.recrawl:
         return run_and_report(args, recrawl.recrawl_bench, recrawl.report_text)
     return run_and_report(args, bench, report_text)

@@ -182,8 +182,13 @@ class DoneRecord(LineFile):
             os.ftruncate(self._fd, 0)
 
     def ended(self, e: Ended) -> None:
-        """A job's final outcome (an `Endings` subscriber): its URL."""
-        self.add(e.job.url + "\n")
+        """A job's final outcome (an `Endings` subscriber): its URL; not a revisit's. The
+        schedule decides revisits (a restart pops again only what was in flight), and a
+        revisit's URL here would make a restart swallow that page's next outcome: its site's
+        revisit never released, the site was fed no revisit again. So the record holds what
+        the first pass finished since the last checkpoint, whatever the revisits."""
+        if e.job.kind is not JobKind.REVISIT:
+            self.add(e.job.url + "\n")
 
     def take_skip(self, url: str) -> bool:
         """Did this URL reach its outcome before a crash, after the last checkpoint? If so it

@@ -13,7 +13,8 @@ Layout: a two-level timing wheel of append-only files of compressed record block
   far ahead go to few files: big blocks, good compression). A fine bucket is read once it has
   ended: pages come out at most one granularity late, never early, earliest bucket first.
 - `index` (fpindex.FingerprintIndex): URL key -> fine bucket number (mod 2^24 - 1) of the
-  page's current record. A record whose bucket is not the index's is stale (the page was put
+  page's current record (the bucket it is read from: its due time's, but for a copy made for
+  a page long in flight). A record whose bucket is not the index's is stale (the page was put
   again since) and is skipped when read; a put that would land in the same bucket as the
   page's previous record moves one bucket later, so two records of a page never share one.
 - `wheel`: the last far bucket spread out (and, while one is being spread, the sizes its fine
@@ -30,7 +31,10 @@ Crash contract (kill -9):
   kill in between leaves the page's previous record current (its new one stale);
 - `position()` is the place of the oldest record popped and not yet put again (or dropped):
   reopening there pops again every page that was in flight, and skips those put since (their
-  index entry moved on). The crawler saves it in its checkpoint, as DiskFrontier's cursors;
+  index entry moved on). The crawler saves it in its checkpoint, as DiskFrontier's cursors.
+  A page in flight for more than FAN buckets is first given a copy of its record at the end
+  of the last bucket read (`_rehome`), so the position, and the files kept, never reach back
+  further than FAN buckets and a checkpoint interval, however long a visit waits;
 - a torn last block (a write cut by the kill) is cut off on open; a far bucket cut while it
   was being spread out is spread again from its file (the fine files cut back first);
 - files before the position go in `release(position)`, once the checkpoint is durable;
@@ -405,8 +409,8 @@ class Schedule:
         self._pending_new = 0  # pages among the pending puts that the index does not have
         # url -> (key, new value, old value or None): puts not yet written and indexed
         self._updates: dict[str, tuple[int, int, int | None]] = {}
-        # url -> (value, position) of popped records not yet put again, oldest first
-        self._inflight: dict[str, tuple[int, Position]] = {}
+        # url -> (value, position, record) of popped records not yet put again
+        self._inflight: dict[str, tuple[int, Position, Visit]] = {}
         self._unsynced: set[Path] = set()
         self._spread_unsynced: list[list[Path]] = []  # files of far buckets spread since the
         self._spread_synced: list[list[Path]] = []  # last sync / whose copies are durable
@@ -661,7 +665,7 @@ class Schedule:
             if found is None:
                 break
             visit, pos = found
-            b = _ms(visit.due) // self._g
+            b = pos[0]  # the bucket it was read from: its due's, or a copy's (`_rehome`)
             url = visit.url
             if url in self._inflight:
                 continue  # a copy already popped
@@ -673,7 +677,7 @@ class Schedule:
                 continue
             if not self.index.has(url_key(url), b % MOD):
                 continue  # stale: the page was put again since
-            self._inflight[url] = (b % MOD, pos)
+            self._inflight[url] = (b % MOD, pos, visit)
             out.append(visit)
         return out
 
@@ -744,9 +748,8 @@ class Schedule:
         """The record of url in the bucket named by value (the newest copy), or None."""
         flying = self._inflight.get(url)
         if flying is not None and flying[0] == value:
-            bucket = self._fine.get(flying[1][0])
-        else:
-            bucket = self._bucket_of(value)
+            return flying[2]  # popped: the record as read (a copy `_rehome` made may differ)
+        bucket = self._bucket_of(value)
         if bucket is None:
             return None
         found = None
@@ -805,13 +808,58 @@ class Schedule:
 
     def position(self) -> Position:
         """Where a restart reads from: the oldest popped record not put again, else the reader.
-        Pending puts are written first, so the pages they put again no longer hold it back."""
+        Pending puts are written first, so the pages they put again no longer hold it back;
+        pages in flight since before the last FAN buckets are copied forward first
+        (`_rehome`), so what a restart reads spans FAN buckets and a checkpointInterval, not
+        the time a visit waited for its site."""
         self.flush()
-        for _, pos in self._inflight.values():
-            return pos
+        self._rehome()
         if self._bi < len(self._block):
-            return self._r, self._boff, self._bi
-        return self._r, self._off, self._skip
+            reader = self._r, self._boff, self._bi
+        else:
+            reader = self._r, self._off, self._skip
+        return min([reader, *(pos for _, pos, _ in self._inflight.values())])
+
+    def _rehome(self) -> None:
+        """Give the pages popped before bucket r - FAN and still in flight a copy of their
+        record at the end of bucket r - 1 (ended, read: nothing else is written there now),
+        and make it their current record (the index names the bucket a record is read from,
+        not its due time's) and their position: `release` may then delete the older files. A
+        restart pops the copies at once, as it would have the originals. Without it, one
+        visit that waited minutes for its site held every bucket file since, on disk and in
+        memory. A page with a record in bucket r - 1 already (stale, or it would not be in
+        flight) waits for the next checkpoint: two records of a page never share a bucket.
+        The copies and the index are synced: the checkpoint about to be written names them."""
+        home = self._r - 1
+        if home // FAN > self._near:  # (bucket r - 1 must be a fine one)
+            return
+        old = [(url, flying) for url, flying in self._inflight.items()
+               if flying[1][0] < home + 1 - FAN and flying[0] != home % MOD]
+        if not old:
+            return
+        bucket = self._bucket(home)
+        there = {u for n, body in _blocks(bucket.files()) for u in block_urls(body, n)}
+        old = [(url, flying) for url, flying in old if url not in there]
+        copies = [flying[2] for _, flying in old]
+        blocks = [encode_block(copies[i:i + BLOCK_RECORDS])
+                  for i in range(0, len(copies), BLOCK_RECORDS)]
+        fd = os.open(bucket.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            _write_all(fd, b"".join(blocks), bucket.size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        off = bucket.size
+        for j, block in enumerate(blocks):
+            for i, (url, (value, _, visit)) in enumerate(old[j * BLOCK_RECORDS:
+                                                           (j + 1) * BLOCK_RECORDS]):
+                self.index.put(url_key(url), home % MOD, value)
+                self._inflight[url] = (home % MOD, (home, off, i), visit)
+            off += len(block)
+        bucket.size = off
+        bucket.count += len(copies)
+        bucket.blocks += len(blocks)
+        self.index.sync()
 
     def sync(self) -> None:
         """Flush, then fsync every file written since the last sync (power loss)."""

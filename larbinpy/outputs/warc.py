@@ -64,7 +64,10 @@ log = logging.getLogger("larbinpy.outputs")
 
 GZIP_LEVEL = 6  # gzip's default: files a little bigger than 9's for much less CPU; compression
 # is most of what a record costs (figures, and why not ISA-L: docs/benchmarks.md)
-REVISIT_MEMORY = 100_000  # payload digests remembered for revisit records (~150 B each)
+# noDup: payloads remembered for its duplicates' revisit records (one string each: ~360 B
+# with the map's own for a 50-character URL, 36 MB at the bound); without noDup nothing is
+# remembered: a recrawl's revisit records name the capture the schedule kept
+REVISIT_MEMORY = 100_000
 RENAMED_TRANSFER_ENCODING = b"X-Larbinpy-Transfer-Encoding"
 REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/"  # + records.Revisit.profile
 
@@ -73,7 +76,7 @@ def make(cfg: Config) -> WarcOutput:
     """The output for `output warc`."""
     return WarcOutput(
         cfg.save_dir, prefix=cfg.warc_prefix,
-        max_size=cfg.warc_max_size, info=warcinfo_fields(cfg),
+        max_size=cfg.warc_max_size, info=warcinfo_fields(cfg), dedup=cfg.no_dup,
     )
 
 
@@ -184,7 +187,7 @@ class WarcOutput(Archive):
     name = "warc"
 
     def __init__(self, save_dir: str, prefix: str = "larbinpy", max_size: int = 1 << 30,
-                 info: dict[str, str] | None = None) -> None:
+                 info: dict[str, str] | None = None, dedup: bool = True) -> None:
         self.root = Path(save_dir)
         self.prefix = prefix
         self.max_size = max_size
@@ -198,8 +201,11 @@ class WarcOutput(Archive):
         self.serial = -1  # found on the first file
         self.files: list[Path] = []  # closed files, in order
         self.records = 0
-        # payload digest -> (uri, date, record id) of 2xx responses archived, for revisits
-        self.archived: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
+        # payload digest -> "uri date record-id" of 2xx responses archived, for noDup's
+        # revisits (`dedup`: only noDup has duplicates; kept without it, a recrawl's every
+        # changed page would add one)
+        self.dedup = dedup
+        self.archived: OrderedDict[str, str] = OrderedDict()
         self.unsynced = Unsynced()  # finished files and folder entries, for flush()
 
     # --- the Archive interface ---
@@ -244,7 +250,7 @@ class WarcOutput(Archive):
         resp_headers = RawHttpHeaders(
             f"{page.status} {page.reason}".rstrip(), page.http_version, block)
         digest = payload_digest(payload)
-        original = self.archived.get(digest) if duplicate else None
+        original = self._original(digest) if duplicate else None
         if page.revisit is not None:  # recrawl: a 304, or the body of the copy kept
             resp = self._recrawl_revisit(page, resp_headers, extra)
         elif original is not None:
@@ -269,7 +275,8 @@ class WarcOutput(Archive):
                       parse_http(block if resp.http_headers else None), len(resp_member))
         self._append(resp_member + req_member, entry)
         self.records += 2
-        if original is None and page.revisit is None and 200 <= page.status < 300:
+        if (self.dedup and original is None and page.revisit is None
+                and 200 <= page.status < 300):
             self._remember(digest, page.url, date, resp.rec_headers.get_header("WARC-Record-ID"))
 
     def _recrawl_revisit(self, page: Page, http_headers: RawHttpHeaders,
@@ -297,10 +304,19 @@ class WarcOutput(Archive):
         return gz.compress(buffer.getvalue()) + gz.flush()
 
     def _remember(self, digest: str, uri: str, date: str, record_id: str) -> None:
-        """Remember an archived payload for later revisits (bounded, oldest forgotten)."""
-        self.archived[digest] = (uri, date, record_id)
+        """Remember an archived payload for later revisits (bounded, oldest forgotten): one
+        string (a URI has no space; the date and the record id neither)."""
+        self.archived[digest] = f"{uri} {date} {record_id}"
         if len(self.archived) > REVISIT_MEMORY:
             self.archived.popitem(last=False)
+
+    def _original(self, digest: str) -> tuple[str, str, str] | None:
+        """(uri, date, record id) of the archived response with this payload, if remembered."""
+        kept = self.archived.get(digest)
+        if kept is None:
+            return None
+        uri, date, record_id = kept.split(" ", 2)
+        return uri, date, record_id
 
     # --- files ---
 

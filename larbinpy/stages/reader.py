@@ -105,6 +105,7 @@ class Reader:
         without a count: it was counted and logged then.
         """
         if self.endings.replayed(job.url) and job.kind is not JobKind.REVISIT:
+            self.recrawl.skipped(site.key)
             return True  # (a revisit's truth is the schedule: `fetch` skips a stale one)
         if not self.robots.allowed(site, job.url):
             self.stats.count(Outcome.forbiddenRobots)

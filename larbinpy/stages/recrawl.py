@@ -63,6 +63,11 @@ class Recrawl(Protocol):
         next one when it comes back."""
         ...
 
+    def skipped(self, site_key: str) -> None:
+        """A job left its site's queue with no fetch and no outcome (a replay's job the
+        done-record says finished before a kill): a waiting revisit may go now."""
+        ...
+
     def ended(self, ended: Ended) -> None:
         """A job's final outcome (an `Endings` subscriber): the page is scheduled again and
         `ended.due` says when."""
@@ -117,6 +122,9 @@ class NoRecrawl:
 
     def release(self, job: Job) -> None:
         """No revisit jobs."""
+
+    def skipped(self, site_key: str) -> None:
+        """No revisit waits."""
 
     def ended(self, ended: Ended) -> None:
         """Nothing to schedule."""

@@ -99,6 +99,12 @@ class Revisits:
         """A revisit job ended or went back to its queue: its site may take the next one."""
         self.feed.release(job)
 
+    def skipped(self, site_key: str) -> None:
+        """A replayed job left the site's queue unfetched: with the queue empty, a waiting
+        revisit goes (no fetch ends to feed it: after a kill -9, a site whose queue held only
+        such jobs was fed no revisit again)."""
+        self.feed.after_fetch(site_key)
+
     # --- the reader's side ---
 
     def prepare(self, site: Site, job: Job) -> Prepared | None:
