@@ -583,6 +583,22 @@ async def test_never_fetched_urls_go_before_due_revisits(lab):
     assert min(gaps) >= 0.05 - 0.005  # waitDuration holds between revisits and new URLs
 
 
+async def publish(w: Lab, host: str, articles: int) -> list[float]:
+    """Publish articles on the site's front page one after the other, each once the one before
+    was fetched: the seconds each took to be fetched."""
+    front = w.web.changing[host]["/"]
+    delays = []
+    for k in range(articles):
+        path = f"/new{k}.html"
+        w.web.changing[host][path] = ChangingPage()
+        front.links = (path, *front.links)
+        front.change()
+        published = time.monotonic()
+        await until(lambda path=path: w.web.answers(host, path), f"{path} fetched")
+        delays.append(time.monotonic() - published)
+    return delays
+
+
 async def test_a_front_page_listing_new_articles_is_revisited_for_them_and_they_come_soon(lab):
     """A front page that lists each new article as it appears (so it changes at every visit,
     too fast for a copy of it to stay fresh) is revisited for what it discovers: each new
@@ -590,19 +606,10 @@ async def test_a_front_page_listing_new_articles_is_revisited_for_them_and_they_
     so, and status.json reports the pages found and the delay."""
     w = await lab("honest", more=30)
     host = "honest.revisit.test"
-    front = w.web.changing[host]["/"]
     extra = "recrawlMax 30\nwaitDuration 0.05\nconnectionsPerHost 1\n"
     async with w.crawling(start_urls(w, "honest") + extra) as crawler:
         await until(lambda: len(w.web.answers(host, "/p29.html")) >= 1, "the first pass")
-        delays = []
-        for k in range(8):
-            path = f"/new{k}.html"
-            w.web.changing[host][path] = ChangingPage()
-            front.links = (path, *front.links)
-            front.change()
-            published = time.monotonic()
-            await until(lambda path=path: w.web.answers(host, path), f"{path} fetched")
-            delays.append(time.monotonic() - published)
+        delays = await publish(w, host, 8)
         await until(lambda: crawler.recrawl.figures()["discovery"]["found_by_revisits"] >= 8,
                     "the discoveries counted")
         figures = crawler.recrawl.figures()["discovery"]
@@ -626,7 +633,7 @@ async def test_a_site_emitting_new_urls_without_end_does_not_delay_another_sites
     within seconds."""
     w = await lab("honest", "trap", more=10)
     news, trap = "honest.revisit.test", "trap.revisit.test"
-    front, calendar = w.web.changing[news]["/"], w.web.changing[trap]["/"]
+    calendar = w.web.changing[trap]["/"]
     stop = asyncio.Event()
 
     async def emit() -> None:
@@ -652,15 +659,7 @@ async def test_a_site_emitting_new_urls_without_end_does_not_delay_another_sites
         try:
             await until(lambda: days_fetched() >= 50, "the trap's first days")
             before = days_fetched()
-            delays = []
-            for k in range(6):
-                path = f"/new{k}.html"
-                w.web.changing[news][path] = ChangingPage()
-                front.links = (path, *front.links)
-                front.change()
-                published = time.monotonic()
-                await until(lambda path=path: w.web.answers(news, path), f"{path} fetched")
-                delays.append(time.monotonic() - published)
+            delays = await publish(w, news, 6)
             trapped = days_fetched() - before
         finally:
             stop.set()

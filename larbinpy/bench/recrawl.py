@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import json
 import math
 import signal
@@ -35,7 +36,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -407,10 +408,10 @@ def status_json(port: int) -> dict[str, Any] | None:
         return None
 
 
-def run_daemon(conf: Path, seconds: float, workdir: Path, http_port: int
-               ) -> tuple[int, float, dict[str, Any] | None]:
-    """`larbinpy -c conf` for `seconds` once its status port answers, then SIGTERM: (exit
-    code, time of the SIGTERM, the last status.json)."""
+@contextlib.contextmanager
+def daemon(conf: Path, workdir: Path, http_port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """`larbinpy -c conf` (its output in workdir/daemon.log), once its status port answers;
+    killed on the way out if still running (`stop_daemon` stops it cleanly)."""
     with open(workdir / "daemon.log", "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "larbinpy", "-q", "-c", str(conf)],
                                 stdout=out, stderr=subprocess.STDOUT)
@@ -419,20 +420,34 @@ def run_daemon(conf: Path, seconds: float, workdir: Path, http_port: int
             while (status_json(http_port) is None and proc.poll() is None
                    and time.monotonic() < up_by):
                 time.sleep(0.05)
-            deadline = time.monotonic() + seconds  # from when it answers: it handles SIGTERM
-            while time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-            if proc.poll() is not None:
-                raise RuntimeError(f"the daemon exited early with code {proc.returncode}: "
-                                   + (workdir / "daemon.log").read_text()[-2000:])
-            status = status_json(http_port)
-            stopped = time.time()
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(STOP_TIMEOUT)
+            yield proc
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def stop_daemon(proc: subprocess.Popen[bytes], workdir: Path) -> int:
+    """SIGTERM to a daemon that must still run (an early exit is an error, with its log's
+    end); its exit code."""
+    if proc.poll() is not None:
+        raise RuntimeError(f"the daemon exited early with code {proc.returncode}: "
+                           + (workdir / "daemon.log").read_text()[-2000:])
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(STOP_TIMEOUT)
+
+
+def run_daemon(conf: Path, seconds: float, workdir: Path, http_port: int
+               ) -> tuple[int, float, dict[str, Any] | None]:
+    """`larbinpy -c conf` for `seconds` once its status port answers, then SIGTERM: (exit
+    code, time of the SIGTERM, the last status.json)."""
+    with daemon(conf, workdir, http_port) as proc:
+        deadline = time.monotonic() + seconds  # from when it answers: it handles SIGTERM
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        status = status_json(http_port) if proc.poll() is None else None
+        stopped = time.time()
+        code = stop_daemon(proc, workdir)
     return code, stopped, status
 
 

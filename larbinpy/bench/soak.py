@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from contextlib import suppress
@@ -32,7 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from larbinpy.bench.changing import KINDS, ChangingServer
-from larbinpy.bench.recrawl import STOP_TIMEOUT, daemon_config, free_port, status_json
+from larbinpy.bench.recrawl import (
+    STOP_TIMEOUT,
+    daemon,
+    daemon_config,
+    free_port,
+    status_json,
+    stop_daemon,
+)
 
 # the options `--soak` gives other defaults: many pages on few hosts, a fetch a host every
 # 20 ms, WARCs written (the crawl log is always on)
@@ -139,33 +145,18 @@ def run_soak(args: argparse.Namespace, conf: Path, workdir: Path, port: int
     samples, the rotation's counts)."""
     rotation = Rotation(workdir / "save", workdir / "crawl.jsonl")
     samples: list[dict[str, Any]] = []
-    with open(workdir / "daemon.log", "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "larbinpy", "-q", "-c", str(conf)],
-                                stdout=out, stderr=subprocess.STDOUT)
-        try:
-            up_by = time.monotonic() + STOP_TIMEOUT
-            while (status_json(port) is None and proc.poll() is None
-                   and time.monotonic() < up_by):
-                time.sleep(0.05)
-            t0 = time.monotonic()
-            while time.monotonic() < t0 + args.soak and proc.poll() is None:
-                rotation.rotate(proc.pid)
-                time.sleep(min(args.every, max(0.0, t0 + args.soak - time.monotonic())))
-                rotation.finish_old()
-                got = sample(proc.pid, port, workdir / "state", t0)
-                if got is not None:
-                    samples.append(got)
-                    if args.progress:
-                        print(json.dumps(got), file=sys.stderr, flush=True)
-            if proc.poll() is not None:
-                raise RuntimeError(f"the daemon exited early with code {proc.returncode}: "
-                                   + (workdir / "daemon.log").read_text()[-2000:])
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(STOP_TIMEOUT)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    with daemon(conf, workdir, port) as proc:
+        t0 = time.monotonic()
+        while time.monotonic() < t0 + args.soak and proc.poll() is None:
+            rotation.rotate(proc.pid)
+            time.sleep(min(args.every, max(0.0, t0 + args.soak - time.monotonic())))
+            rotation.finish_old()
+            got = sample(proc.pid, port, workdir / "state", t0)
+            if got is not None:
+                samples.append(got)
+                if args.progress:
+                    print(json.dumps(got), file=sys.stderr, flush=True)
+        code = stop_daemon(proc, workdir)
     return code, samples, rotation
 
 

@@ -312,6 +312,11 @@ static void want_requisites(int kind, attrs_t *want, req_t *r) {
     r->background = WANTS(*want, "background");
 }
 
+/* Attribute k's value onto `list` if the tag has one; -1 when the append failed. */
+static int add_attr(const attrs_t *w, int k, PyObject *list) {
+    return has_value(w, k) ? append_str(list, w->value[k], w->len[k]) : 0;
+}
+
 /* The requisites a tag's attributes name, onto their lists (tagscan.py's order: the URL
  * attributes, poster, background; srcset; style). -1 when an append failed. */
 static int add_requisites(int kind, const attrs_t *w, const req_t *r, PyObject **lists) {
@@ -320,17 +325,9 @@ static int add_requisites(int kind, const attrs_t *w, const req_t *r, PyObject *
         src = src && has_value(w, r->type) && same(w->value[r->type], w->len[r->type], "image");
     if (src && append_str(lists[L_RES], w->value[r->src], w->len[r->src]) < 0)
         return -1;
-    if (has_value(w, r->poster)
-            && append_str(lists[L_RES], w->value[r->poster], w->len[r->poster]) < 0)
-        return -1;
-    if (has_value(w, r->background)
-            && append_str(lists[L_RES], w->value[r->background], w->len[r->background]) < 0)
-        return -1;
-    if (has_value(w, r->srcset)
-            && append_str(lists[L_SRCSET], w->value[r->srcset], w->len[r->srcset]) < 0)
-        return -1;
-    if (has_value(w, r->style)
-            && append_str(lists[L_STYLE], w->value[r->style], w->len[r->style]) < 0)
+    if (add_attr(w, r->poster, lists[L_RES]) < 0 || add_attr(w, r->background, lists[L_RES]) < 0
+            || add_attr(w, r->srcset, lists[L_SRCSET]) < 0
+            || add_attr(w, r->style, lists[L_STYLE]) < 0)
         return -1;
     return 0;
 }

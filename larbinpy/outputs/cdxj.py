@@ -38,10 +38,11 @@ from warcio.timeutils import iso_date_to_timestamp
 
 log = logging.getLogger("larbinpy.outputs")
 
-SORT_CHUNK = 4 << 20  # bytes of lines sorted in memory at once (~10 ms of the GIL each)
+SORT_CHUNK = 4 << 20  # bytes of lines sorted in memory at once (a chunk's sort holds the GIL)
 INDEX_SUFFIX = ".cdxj"
 # cdxj-indexer's CDXJIndexer.RE_SPACE: a media type ends at a `;` or a space. (cdxj_indexer
-# itself is imported only to read a file: it brings multipart and py3amf, ~8 MB of a crawl's RSS)
+# itself is imported only to read a file: it brings multipart and py3amf, which a crawl's
+# memory need not carry; docs/benchmarks.md has the RSS figures)
 MEDIA_TYPE_END = re.compile(r"[;\s]")
 # what warcio's reader takes for an HTTP status line (cdxj-indexer does not verify it)
 HTTP_PARSER = StatusAndHeadersParser(["HTTP/1.0", "HTTP/1.1"], verify=False)

@@ -64,9 +64,9 @@ log = logging.getLogger("larbinpy.outputs")
 
 GZIP_LEVEL = 6  # gzip's default: files a little bigger than 9's for much less CPU; compression
 # is most of what a record costs (figures, and why not ISA-L: docs/benchmarks.md)
-# noDup: payloads remembered for its duplicates' revisit records (one string each: ~360 B
-# with the map's own for a 50-character URL, 36 MB at the bound); without noDup nothing is
-# remembered: a recrawl's revisit records name the capture the schedule kept
+# noDup: payloads remembered for its duplicates' revisit records (one string each; what that
+# costs at the bound: docs/architecture.md); without noDup nothing is remembered: a recrawl's
+# revisit records name the capture the schedule kept
 REVISIT_MEMORY = 100_000
 RENAMED_TRANSFER_ENCODING = b"X-Larbinpy-Transfer-Encoding"
 REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/"  # + records.Revisit.profile
