@@ -48,23 +48,20 @@ def test_bench_writes_in_memory_only_where_there_is_room(tmp_path) -> None:
 
 
 def test_bench_politeness_mode_never_beats_the_politeness_clock() -> None:
-    """--wait: the report has the whole-run and steady-state rates, and no site is fetched
-    faster than one page per waitDuration (steady state at most the ideal)."""
+    """--wait: the report has the whole-run and steady-state rates beside the ideal, the
+    sites-in-memory budget and the CPU bound, and the server saw no two requests to one IP
+    closer than waitDuration (robots.txt included)."""
     result = bench_json("--hosts", "4", "--pages", "4", "--per-host", "1", "--wait", "0.3",
-                        "--no-floor", "--output", "none")
+                        "--no-floor", "--output", "none", "--sites-in-memory", "3")
     assert result["crawl"]["pages"] == 16
     polite = result["politeness"]
-    assert polite["ideal_pages_per_s"] == 4 / 0.3
+    assert polite["ideal_pages_per_s"] == round(4 / 0.3, 1)
+    assert polite["budget_pages_per_s"] == 10.0  # 3 sites at work, one page each per 0.3 s
+    assert polite["cpu_pages_per_s"] > polite["ideal_pages_per_s"]
     assert 0 < polite["achieved_over_ideal"] < polite["steady_over_ideal"] <= 1.0
-
-
-def test_steady_rate_counts_pages_after_each_sites_first() -> None:
-    from larbinpy.bench.measure import steady_pages_per_s
-
-    # one site: 5 pages 1 s apart = 1 page/s; another: 3 pages 0.5 s apart = 2 pages/s;
-    # a site fetched once has no rate
-    starts = {"a": [0.0, 1.0, 2.0, 3.0, 4.0], "b": [10.0, 10.5, 11.0], "c": [3.0]}
-    assert steady_pages_per_s(starts) == 3.0
+    assert polite["requests"] == 20 and polite["gaps"] == 0  # 16 pages and 4 robots.txt
+    assert polite["shortest_spacing"] >= 0.3 - polite["slack"]
+    assert result["warnings"] == []
 
 
 def test_bench_serves_pages_of_the_size_and_links_asked_for(tmp_path: Path) -> None:

@@ -441,3 +441,47 @@ def test_the_demo_moves_the_crawler_ports_that_are_busy(tmp_path: Path) -> None:
     assert f"httpPort {taken} is busy" in proc.stderr
     args = eval(proc.stdout)  # the child's argv, as Python printed it
     assert args[0] == "--http-port" and int(args[1]) != taken and len(args) == 2
+
+
+async def test_a_web_of_many_ips_listens_once_for_all_of_loopback() -> None:
+    """Past BIND_EACH_MAX IPs the server holds one socket, on the loopback interface only, and
+    still answers each host on its own IP (and the record names the IP a request reached)."""
+    from larbinpy.demo.web import BIND_EACH_MAX
+
+    sites = [Site(f"s{i}.test", f"127.9.{i // 250}.{i % 250 + 1}", {"/": Page(f"site {i}")})
+             for i in range(BIND_EACH_MAX + 1)]
+    async with LocalWeb(sites) as web:
+        [sock] = web.sockets
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, 16).rstrip(b"\0") \
+            == b"lo"
+        async with aiohttp.ClientSession() as s:
+            for i in (0, BIND_EACH_MAX):
+                ip = sites[i].ip
+                async with s.get(f"http://{ip}:{web.port}/",
+                                 headers={"Host": sites[i].host}) as resp:
+                    assert (resp.status, await resp.text()) == (200, f"site {i}")
+            assert [h.ip for h in web.hits] == [sites[0].ip, sites[BIND_EACH_MAX].ip]
+
+
+async def test_the_synth_servers_politeness_record_counts_gaps_per_ip() -> None:
+    """Two requests to one IP 0.2 s apart under a 1 s wait are a gap; one host asked once and
+    the control host itself are not; reset forgets."""
+    from larbinpy.bench.politeness import PolitenessLog, read_log
+
+    log = PolitenessLog(1.0)
+    web, dns, _ = await start_synth(3, 4, record=False, politeness=log)
+    try:
+        async with session_for(web) as s:
+            await get(s, web.url("h0.bench.test", "/"))
+            t0 = time.monotonic()
+            await asyncio.sleep(0.2)
+            await get(s, web.url("h0.bench.test", "/p1.html"))
+            await get(s, web.url("h1.bench.test", "/robots.txt"))
+        gap = time.monotonic() - t0
+        seen = await asyncio.to_thread(read_log, web.port, True)
+        assert (seen["requests"], seen["ips"], seen["gaps"]) == (3, 2, 1)
+        assert 0.2 <= seen["shortest_spacing"] <= gap + 0.05
+        assert (await asyncio.to_thread(read_log, web.port))["requests"] == 0
+    finally:
+        await dns.stop()
+        await web.stop()

@@ -45,6 +45,7 @@ from typing import Any
 import aiohttp
 
 from larbinpy.bench import news, recrawl, soak
+from larbinpy.bench.politeness import read_log
 from larbinpy.bench.harness import HASH_BITS, HASH_FUNCTIONS, SynthServer
 from larbinpy.bench.synth import PAGE_SHAPES, host_ip, host_name, synth_urls
 from larbinpy.config import parse_int
@@ -122,7 +123,8 @@ def crawl_config(args: argparse.Namespace, server: SynthServer, workdir: Path) -
         f"pagesConnexions {args.connections}\n"
         f"connectionsPerHost {args.per_host}\n"
         f"waitDuration {args.wait}\n"
-        f"depthInSite 1000\n"
+        + (f"maxSitesInMemory {args.sites_in_memory}\n" if args.sites_in_memory else "")
+        + f"depthInSite 1000\n"
         f"startUrl http://{host_name(0)}:{port}/\n"
         f"seedFile {seeds}\n"
         f"exitAtEnd\n"
@@ -134,10 +136,8 @@ def crawl_config(args: argparse.Namespace, server: SynthServer, workdir: Path) -
     )
 
 
-def run_crawl(config_text: str, workdir: Path,
-              starts: dict[str, list[float]] | None = None) -> tuple[Run, dict[str, int]]:
-    """Crawl with a fresh Crawler on a fresh loop; return its figures and its outcomes.
-    With `starts`, the start time of every page fetch is recorded there, per site."""
+def run_crawl(config_text: str, workdir: Path) -> tuple[Run, dict[str, int]]:
+    """Crawl with a fresh Crawler on a fresh loop; return its figures and its outcomes."""
     from larbinpy.config import parse_config
     from larbinpy.crawler import Crawler
 
@@ -146,8 +146,7 @@ def run_crawl(config_text: str, workdir: Path,
 
     async def crawl() -> int:
         """Build the crawler on the running loop, then crawl."""
-        observe = _record_starts(starts) if starts is not None else None
-        crawlers.append(Crawler(cfg, scratch=True, on_page_fetch=observe))
+        crawlers.append(Crawler(cfg, scratch=True))
         return await crawlers[0].run()
 
     # The process's one-off start-up is not the crawl's: like the imports above (and the
@@ -165,25 +164,6 @@ def run_crawl(config_text: str, workdir: Path,
     outcomes = {str(k): v for k, v in crawler.stats.outcomes.items() if v}
     return (Run(outcomes.get("success", 0), wall, cpu, sys_cpu, peak_rss_mb(),
                 crawler.stats.bytes), outcomes)
-
-
-def _record_starts(starts: dict[str, list[float]]) -> Callable[[Any, Any], None]:
-    """The crawler's `on_page_fetch`: note when each page fetch starts, per site."""
-    def started(site: Any, job: Any) -> None:
-        starts.setdefault(site.key, []).append(time.monotonic())
-
-    return started
-
-
-def steady_pages_per_s(starts: dict[str, list[float]]) -> float:
-    """Pages/s while sites are being crawled: per site, the pages after its first over the time
-    from its first fetch to its last, summed. Start-up (DNS, robots.txt) and the end of the
-    crawl do not count, so this is the rate the politeness clocks allow."""
-    total = 0.0
-    for times in starts.values():
-        if len(times) > 1 and times[-1] > times[0]:
-            total += (len(times) - 1) / (times[-1] - times[0])
-    return total
 
 
 # --- the floor ---
@@ -301,11 +281,18 @@ def report_text(result: dict[str, Any]) -> str:
         )
     if result.get("politeness"):
         q = result["politeness"]
+        cpu = f"{q['cpu_pages_per_s']:.0f}" if q["cpu_pages_per_s"] else "?"
         lines.append(f"  politeness: ideal {q['ideal_pages_per_s']:.0f} pages/s "
-                     f"({result['hosts']} hosts, one page per host every {q['wait']} s), "
-                     f"achieved x{q['achieved_over_ideal']:.3f} over the whole run "
+                     f"({q['ips']} IPs, one fetch each every {q['wait']} s), budget "
+                     f"{q['budget_pages_per_s']:.0f} (maxSitesInMemory {q['sites_in_memory']}), "
+                     f"CPU {cpu} (pages a CPU second); achieved "
+                     f"x{q['achieved_over_ideal']:.3f} of the ideal over the whole run "
                      f"(start-up and robots.txt included), x{q['steady_over_ideal']:.3f} "
-                     f"in steady state ({q['steady_pages_per_s']:.0f} pages/s)")
+                     f"in steady state ({q['steady_pages_per_s']:.0f} requests/s, robots.txt "
+                     f"included)")
+        lines.append(f"  politeness gaps: {q['gaps']} of {q['requests']} requests (two starts "
+                     f"on one IP under {q['wait']} s less {q['slack']} s; the shortest "
+                     f"spacing {q['shortest_spacing']} s)")
     if result["ratios"]:
         q = result["ratios"]
         lines.append(f"  crawl/floor: pages/s x{q['pages_per_s']:.2f}, "
@@ -376,6 +363,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=float, default=0.0,
                    help="waitDuration: > 0 measures politeness (use --per-host 1); the ideal "
                         "is one page per host every WAIT seconds [0]")
+    p.add_argument("--ips", type=int, default=1000,
+                   help="distinct loopback IPs of the synthetic web, hosts sharing them "
+                        "round-robin; past 1,000 the server listens on one socket for all of "
+                        "loopback (so --ips 200000 gives 200,000 hosts an IP each) [1000]")
+    p.add_argument("--sites-in-memory", type=int, default=0, metavar="N",
+                   help="the crawl's maxSitesInMemory [unset: the key's default]")
     p.add_argument("--shared-ip", type=int, metavar="N", default=0,
                    help="instead: crawl N pages of a web whose hosts all share one IP, each "
                         "page linking 8 random hosts of it (8N+1 hosts: new ones keep coming, "
@@ -438,8 +431,10 @@ def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     result object of the median pair, with every pair's figures under "runs"."""
     repeat = max(1, args.repeat)
     pairs: list[dict[str, Any]] = []
+    serve = ("--max-ips", str(args.ips), "--wait", str(args.wait))
     with SynthServer(args.hosts, args.pages, workdir, page_bytes=args.page_bytes,
-                     links=args.links, shape=args.page_shape, images=args.images) as server:
+                     links=args.links, shape=args.page_shape, images=args.images,
+                     serve_args=serve) as server:
         for r in range(repeat):
             where = workdir if repeat == 1 else workdir / f"run{r}"
             where.mkdir(exist_ok=True)
@@ -461,6 +456,28 @@ def bench(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     return result
 
 
+def politeness_figures(args: argparse.Namespace, config: str, crawl: Run,
+                       seen: dict[str, Any]) -> dict[str, Any]:
+    """The crawl's pages/s beside its three bounds: the politeness ideal (every IP of the web at
+    work, one fetch each per wait and place), the sites-in-memory budget (that many sites at
+    work at once) and the CPU (pages a CPU second); and the server's record (gaps)."""
+    from larbinpy.config import parse_config
+
+    budget = parse_config(config, "bench.conf").max_sites_in_memory
+    ideal = min(args.hosts, args.ips) * args.per_host / args.wait
+    steady = seen["steady_requests_per_s"]
+    return {"wait": args.wait, "ips": min(args.hosts, args.ips),
+            "ideal_pages_per_s": round(ideal, 1),
+            "sites_in_memory": budget,
+            "budget_pages_per_s": round(budget * args.per_host / args.wait, 1),
+            "cpu_pages_per_s": round(crawl.pages / crawl.cpu_seconds, 1)
+            if crawl.cpu_seconds else None,
+            "achieved_over_ideal": round(crawl.pages_per_s / ideal, 3),
+            "steady_pages_per_s": steady, "steady_over_ideal": round(steady / ideal, 3),
+            "requests": seen["requests"], "gaps": seen["gaps"],
+            "shortest_spacing": seen["shortest_spacing"], "slack": seen["slack"]}
+
+
 def _pair_order(pair: dict[str, Any]) -> float:
     """What ranks pairs for the median: the CPU ratio, or the crawl's CPU without a floor."""
     order: float = pair["ratios"].get("cpu_per_page", pair["crawl"]["cpu_ms_per_page"])
@@ -469,8 +486,11 @@ def _pair_order(pair: dict[str, Any]) -> float:
 
 def bench_pair(args: argparse.Namespace, server: SynthServer, workdir: Path) -> dict[str, Any]:
     """One crawl, then the floor(s), against the running server: the result object."""
-    starts: dict[str, list[float]] | None = {} if args.wait > 0 else None
-    crawl, outcomes = run_crawl(crawl_config(args, server, workdir), workdir, starts)
+    if args.wait > 0:
+        read_log(server.http_port, reset=True)  # (what an earlier pair's floor asked)
+    config = crawl_config(args, server, workdir)
+    crawl, outcomes = run_crawl(config, workdir)
+    seen = read_log(server.http_port, reset=True) if args.wait > 0 else None
     written = sum(f.stat().st_size for f in (workdir / "save").rglob("*") if f.is_file())
     floor = run_floor(args, server) if args.floor else None
     http1 = run_http1_floor(args, server) if args.http1_floor else None
@@ -485,14 +505,10 @@ def bench_pair(args: argparse.Namespace, server: SynthServer, workdir: Path) -> 
     for name, run in (("floor", floor), ("http1", http1)):
         if run is not None and run.pages != expected:
             warnings.append(f"{name} fetched {run.pages} pages, expected {expected}")
-    politeness = None
-    if args.wait > 0:
-        ideal = args.hosts * args.per_host / args.wait
-        steady = steady_pages_per_s(starts or {})
-        politeness = {"wait": args.wait, "ideal_pages_per_s": ideal,
-                      "achieved_over_ideal": round(crawl.pages_per_s / ideal, 3),
-                      "steady_pages_per_s": round(steady, 1),
-                      "steady_over_ideal": round(steady / ideal, 3)}
+    politeness = politeness_figures(args, config, crawl, seen) if seen is not None else None
+    if politeness and politeness["gaps"]:
+        warnings.append(f"{politeness['gaps']} politeness gaps: two requests to one IP less "
+                        f"than {args.wait} s apart")
     return {
         "hosts": args.hosts, "pages_per_host": args.pages, "expected_pages": expected,
         "page_bytes": args.page_bytes, "links": args.links, "page_shape": args.page_shape,

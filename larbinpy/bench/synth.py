@@ -23,7 +23,10 @@ The parse and the tag walks of the link extractor cost per node, so the two shap
 cost apart from the per-link one.
 
 Hosts get loopback IPs base+1 ... base+250, then the next /24 (127.0.3.1 ...), up to `max_ips`
-distinct IPs; beyond that hosts share IPs round-robin (host i uses IP number i % max_ips).
+distinct IPs; beyond that hosts share IPs round-robin (host i uses IP number i % max_ips). A web
+of one IP a host for 200,000 hosts reaches 127.3.34.x; past 1,000 IPs the server listens on one
+socket for all of loopback (`demo/web.py`). With `--wait W` the server keeps a politeness record
+of what it received (`bench/politeness.py`).
 
 Run as a separate process for the benchmark (so serving CPU is not charged to the crawler):
     python -m larbinpy.bench.synth serve --hosts N --pages N --http-port P --dns-port Q
@@ -46,6 +49,7 @@ import sys
 from collections.abc import Coroutine, Iterator
 from typing import Any
 
+from larbinpy.bench.politeness import CONTROL_HOST, PolitenessLog
 from larbinpy.demo.dnsserver import DnsServer, start_dns_for
 from larbinpy.demo.web import LocalWeb, Page, Site
 
@@ -368,11 +372,17 @@ def synth_sites(
 
 async def start_synth(
     hosts: int, pages: int, *, http_port: int = 0, dns_port: int = 0, record: bool = True,
-    **kwargs: Any,
+    politeness: PolitenessLog | None = None, **kwargs: Any,
 ) -> tuple[LocalWeb, DnsServer, SynthFactory]:
-    """Start LocalWeb + DnsServer for a synthetic web (kwargs go to synth_sites)."""
+    """Start LocalWeb + DnsServer for a synthetic web (kwargs go to synth_sites); with
+    `politeness`, the server keeps that record and answers its control host."""
     sites, factory = synth_sites(hosts, pages, port=http_port, **kwargs)
-    web = LocalWeb(sites, port=http_port, page_factory=factory, record=record)
+    if politeness is None:
+        web = LocalWeb(sites, port=http_port, page_factory=factory, record=record)
+    else:
+        sites.append(Site(CONTROL_HOST, "127.0.0.1"))
+        web = LocalWeb(sites, port=http_port, page_factory=politeness.control(factory),
+                       record=record, on_request=politeness.observe)
     await web.start()
     factory.port = web.port
     return web, await start_dns_for(web, dns_port), factory
@@ -392,6 +402,7 @@ async def _serve(args: argparse.Namespace) -> None:
         args.hosts, args.pages, http_port=args.http_port, dns_port=args.dns_port, record=False,
         page_bytes=args.page_bytes, links=args.links, cross_host=args.cross_host,
         seed=args.seed, max_ips=args.max_ips, shape=args.page_shape, images=args.images,
+        politeness=PolitenessLog(args.wait) if args.wait > 0 else None,
     )
     factory.prerender()  # (after the port is known: absolute links carry it)
     stop = asyncio.Event()
@@ -438,6 +449,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--seed", type=int, default=1)
     serve.add_argument("--max-ips", type=int, default=1000)
     serve.add_argument("--images", type=int, default=0, help="images on each page")
+    serve.add_argument("--wait", type=float, default=0.0,
+                       help="keep a politeness record of the requests each IP receives, a gap "
+                            "being two starts closer than this many seconds (bench/politeness.py)")
     return p
 
 

@@ -1,6 +1,7 @@
 """Many virtual hosts on several loopback IPs, one aiohttp server, recording every request.
 
-Every distinct IP of the site list listens on the same port, requests are routed by their Host
+Every distinct IP of the site list listens on the same port (a web of more than `BIND_EACH_MAX`
+loopback IPs gets one socket for all of 127.0.0.0/8 instead), requests are routed by their Host
 header, and each request becomes a `Hit` (timings, headers) while in-flight counts per host and
 per IP are tracked, so tests can check the crawler's politeness from the server's side.
 """
@@ -22,6 +23,10 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 _BIND_TRIES = 8
 _BACKLOG = 1024
+# Above this many IPs one socket bound to every address and held to the loopback interface
+# serves them all: a socket an IP would need as many descriptors (200,000 for a broad polite
+# bench, past the usual limits) and as many listeners in the loop.
+BIND_EACH_MAX = 1000
 
 
 @dataclass
@@ -103,6 +108,31 @@ def _listen_socket(ip: str, port: int) -> socket.socket:
     return sock
 
 
+def bind_loopback_any(port: int = 0) -> socket.socket:
+    """One socket on every IPv4 address, answering only what arrives on the loopback interface:
+    every 127.x.y.z, and nothing from another machine."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"lo")
+        sock.bind(("0.0.0.0", port))
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def listen_sockets(ips: list[str], port: int = 0) -> list[socket.socket]:
+    """Sockets for `ips` on one common port: one an IP, or one for them all when they are more
+    than BIND_EACH_MAX loopback IPv4 addresses."""
+    if len(ips) > BIND_EACH_MAX and all(
+            ipaddress.ip_address(ip).version == 4 and ipaddress.ip_address(ip).is_loopback
+            for ip in ips):
+        return [bind_loopback_any(port)]
+    return bind_same_port(ips, port)
+
+
 def bind_same_port(ips: list[str], port: int = 0) -> list[socket.socket]:
     """Bind every IP on one common port; with port 0, retry fresh ports on EADDRINUSE."""
     for attempt in range(_BIND_TRIES):
@@ -131,17 +161,20 @@ class LocalWeb:
         port: int = 0,
         page_factory: Callable[[str, str], Page | None] | None = None,
         record: bool = True,
+        on_request: Callable[[web.BaseRequest], None] | None = None,
     ) -> None:
         self.sites: dict[str, Site] = {s.host.lower().rstrip("."): s for s in sites}
         self.port = port
         self.page_factory = page_factory
         self.record = record  # off for the benchmark server: no per-request bookkeeping
+        self.on_request = on_request  # called as each request starts (the bench's politeness log)
         self.hits: list[Hit] = []
         self._now_host: Counter[str] = Counter()
         self._now_ip: Counter[str] = Counter()
         self._max_host: Counter[str] = Counter()
         self._max_ip: Counter[str] = Counter()
         self._runner: web.ServerRunner | None = None
+        self.sockets: list[socket.socket] = []  # the listeners, once started
 
     @property
     def ips(self) -> list[str]:
@@ -186,7 +219,7 @@ class LocalWeb:
         # Short shutdown so stop() never waits long on a slow page still in flight.
         self._runner = web.ServerRunner(server, shutdown_timeout=0.5)
         await self._runner.setup()
-        socks = bind_same_port(self.ips, self.port)
+        self.sockets = socks = listen_sockets(self.ips, self.port)
         self.port = socks[0].getsockname()[1]
         for sock in socks:
             site = web.SockSite(self._runner, sock, backlog=_BACKLOG,
@@ -222,6 +255,8 @@ class LocalWeb:
         """Serve one request, with bookkeeping when recording."""
         host = _strip_port(request.host)
         page = self.page_for(host, request.raw_path)
+        if self.on_request is not None:
+            self.on_request(request)
         if not self.record:
             return await self._respond(request, page)
         start = time.monotonic()
