@@ -439,6 +439,36 @@ async def test_idle_pooled_connection_is_closed_after_keepalive_seconds(serve, m
         assert not client.pool.idle
 
 
+async def test_without_keepalive_the_connection_closes_after_each_answer(serve, make_client):
+    """keepalive 0 (a waitDuration whose next turn is past KEEPALIVE_MAX): the client closes
+    the connection once the answer is read and keeps nothing idle; the next GET connects anew."""
+    async def answer_then_watch(peer: Peer) -> None:
+        head = await peer.request()
+        assert head is not None
+        await peer.send(ok(b"x"))
+        await peer.wait_eof()
+
+    async with asyncio.timeout(LIMIT):
+        server = await serve(answer_then_watch)
+        client = make_client(keepalive=0)
+        await fetch(client, server.port)
+        await until(lambda: server.peers[0].eof_at is not None, "the client closing it")
+        assert not client.pool.idle
+        await fetch(client, server.port)
+        assert len(server.peers) == 2
+
+
+def test_keepalive_lasts_until_the_sites_next_turn_or_not_at_all() -> None:
+    from larbinpy.config import parse_config
+    from larbinpy.net.fetcher import KEEPALIVE_MAX, keepalive_seconds
+
+    def keep(wait: float) -> float:
+        return keepalive_seconds(parse_config(f"waitDuration {wait}\n", "t.conf"))
+
+    assert keep(0.25) == 2.25 and keep(KEEPALIVE_MAX - 2) == KEEPALIVE_MAX
+    assert keep(60) == keep(KEEPALIVE_MAX - 1) == 0.0  # it would expire before the next turn
+
+
 # --- reading responses ---------------------------------------------------------------------
 
 

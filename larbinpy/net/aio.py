@@ -136,7 +136,7 @@ def make_session(cfg: Config, dns: HostLookup, headers: dict[str, str],
         resolver=AioResolver(CrawlerResolver(dns, cfg.proxy)),
         use_dns_cache=False,  # the DNS stage caches, honouring TTLs
         ssl=ssl_context(cfg),
-        keepalive_timeout=keepalive,
+        **({"keepalive_timeout": keepalive} if keepalive > 0 else {"force_close": True}),
     )
     timeout = aiohttp.ClientTimeout(
         total=cfg.timeout_total, sock_connect=cfg.timeout_connect, sock_read=cfg.timeout_read

@@ -554,7 +554,7 @@ class Connection(asyncio.Protocol):
         self.response = None
         if (resp.complete and resp.error is None and not self.closed
                 and self.transport is not None and not self.transport.is_closing()
-                and resp.keep_alive):
+                and resp.keep_alive and self.pool.keepalive > 0):
             self.resume()  # paused over an unread body: the next answer must be read
             self.pool.put(self)
         else:
