@@ -45,8 +45,8 @@ from typing import Any
 import aiohttp
 
 from larbinpy.bench import news, recrawl, soak
-from larbinpy.bench.politeness import read_log
 from larbinpy.bench.harness import HASH_BITS, HASH_FUNCTIONS, SynthServer
+from larbinpy.bench.politeness import read_log
 from larbinpy.bench.synth import PAGE_SHAPES, host_ip, host_name, synth_urls
 from larbinpy.config import parse_int
 from larbinpy.demo.web import StaticResolver

@@ -22,6 +22,7 @@ starts (`start_fetch`) and ends (`end_fetch`). Time is read and timers armed thr
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 
 from larbinpy.clock import Clock
@@ -76,7 +77,9 @@ class Politeness:
             return None
         ip = site.ip
         assert ip is not None
-        if site.ready_at > now and site.ready_at > ip.ready_at:
+        # (>=: when both clocks say the same time, as for a site alone on its IP, the site
+        # parks on its own timer and the IP needs neither a FIFO nor a timer of its own)
+        if site.ready_at > now and site.ready_at >= ip.ready_at:
             return site.ready_at
         if ip.in_flight + ip.in_ready >= self.per_host or ip.ready_at > now:
             return IP
@@ -92,6 +95,8 @@ class Politeness:
             site.timer.cancel()
             site.timer = None
         site.waiting_ip = True
+        if ip.waiting is None:
+            ip.waiting = deque()
         if front:
             ip.waiting.appendleft(site)
         else:
@@ -111,12 +116,13 @@ class Politeness:
         The IP has at most one timer; its clock only moves later, so an armed timer fires at
         or before it and re-arms."""
         now = self._now()
-        while ip.waiting and ip.in_flight + ip.in_ready < self.per_host:
+        waiting = ip.waiting
+        while waiting and ip.in_flight + ip.in_ready < self.per_host:
             if ip.ready_at > now:
                 if ip.timer is None:
                     ip.timer = self.clock.call_at(ip.ready_at, self._ip_due, ip)
                 return
-            site = ip.waiting.popleft()
+            site = waiting.popleft()
             site.waiting_ip = False
             self.consider(site)
 
