@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import re
 import sys
 import urllib.parse
@@ -533,9 +534,12 @@ class Config:
     max_sites_in_memory: int = key(
         20_000, "maxSitesInMemory", "sites with work held in memory at once: while this many "
         "have work, the jobs of other sites wait on the priority queues on disk, so a broad "
-        "crawl's memory is bounded by it (about 3 kB a site). With waitDuration W and "
-        "connectionsPerHost 1 it caps the crawl at maxSitesInMemory / W pages a second",
+        "crawl's memory is bounded by it: about 3 kB a site, so 90,000 sites take about "
+        "270 MB. With waitDuration W and connectionsPerHost 1 it caps the crawl at "
+        "maxSitesInMemory / W pages a second; the default lets a polite crawl fetch 1,500 "
+        "pages a second, about what one core parses",
         parse=parse_int, bounds=(1, None),
+        default_doc="1,500 x waitDuration, at least 20,000 and at most 90,000",
     )
     exit_at_end: bool = key(
         False, "exitAtEnd", "exit once nothing is queued or in flight (larbin EXIT_AT_END); "
@@ -768,6 +772,18 @@ def default_hash_size(seen_set: str, cluster: bool) -> int:
     return LOSSY_HASH_SIZE if seen_set == "bitmap" and not cluster else Config.hash_size
 
 
+SITES_A_WAIT_SECOND = 1_500  # pages a second one core parses, about: what the default serves
+SITES_DEFAULT_MAX = 90_000  # ~270 MB of sites at ~3 kB each (docs/architecture.md)
+
+
+def default_sites_in_memory(wait_duration: float) -> int:
+    """maxSitesInMemory when larbin.conf sets none: enough sites at work for 1,500 pages a
+    second under waitDuration (each site gives one a wait), within the key's floor and
+    SITES_DEFAULT_MAX."""
+    wanted = math.ceil(SITES_A_WAIT_SECOND * wait_duration)
+    return max(Config.max_sites_in_memory, min(SITES_DEFAULT_MAX, wanted))
+
+
 def load_config(path: str | Path) -> Config:
     """Read and validate a larbin.conf file."""
     p = Path(path)
@@ -789,6 +805,8 @@ def parse_config(text: str, path: str = "larbin.conf") -> Config:
         cfg.hash_size = default_hash_size(cfg.seen_set, cfg.cluster is not None)
     if "requisites" not in cfg.lines:  # what is in force, as check-config shows it
         cfg.requisites = cfg.wants_requisites()
+    if "maxsitesinmemory" not in cfg.lines:
+        cfg.max_sites_in_memory = default_sites_in_memory(cfg.wait_duration)
     validate(cfg)
     return cfg
 
