@@ -195,3 +195,15 @@ def test_a_missing_seed_file_is_a_configuration_error(tmp_path: Path):
     conf.write_text("seedFile nope.txt\n")
     result = run_cli("check-config", "-c", str(conf), cwd=tmp_path)
     assert result.returncode == 2 and f"{conf}:1:" in result.stderr
+
+
+def test_the_sites_in_memory_default_follows_the_politeness_wait() -> None:
+    """Unset, maxSitesInMemory is enough sites at work for 1,500 pages a second under
+    waitDuration (20,000 at the least, 90,000 at the most); set, it is what was set."""
+    def budget(text: str) -> int:
+        return parse_config(text, "t.conf").max_sites_in_memory
+
+    assert budget("waitDuration 0\n") == budget("waitDuration 1\n") == 20_000
+    assert budget("waitDuration 30\n") == 45_000
+    assert budget("waitDuration 60\n") == budget("") == budget("waitDuration 600\n") == 90_000
+    assert budget("waitDuration 60\nmaxSitesInMemory 5000\n") == 5000
