@@ -194,3 +194,14 @@ def test_bench_measures_warc_with_and_without_the_pages_images() -> None:
     assert on["outcomes"]["requisite"] == 10 * 2 + 2 * 2  # images; site.css and bg.png a host
     assert "requisite" not in off["outcomes"]
     assert on["bytes_written"] - off["bytes_written"] > 24 * 8192 * 0.9
+
+
+def test_bench_polite_on_a_web_of_an_ip_a_host() -> None:
+    """--ips past the server's one-socket-an-IP limit: 1,500 hosts on 1,500 loopback IPs, each
+    fetched (robots.txt and its page) by a polite crawl that leaves no gap on any IP."""
+    result = bench_json("--hosts", "1500", "--pages", "1", "--per-host", "1", "--wait", "0.5",
+                        "--ips", "1500", "--no-floor", "--output", "none")
+    polite = result["politeness"]
+    assert result["crawl"]["pages"] == 1500 and result["warnings"] == []
+    assert polite["ips"] == 1500 and polite["requests"] == 3000 and polite["gaps"] == 0
+    assert polite["ideal_pages_per_s"] == 3000.0
