@@ -13,8 +13,8 @@ merge sort in chunks of `SORT_CHUNK` bytes, at most `MERGE_FAN` runs merged at o
 memory and descriptors are constants whatever the file's size (the index of one file is
 about 300 bytes a record). The chunk is small on purpose: its lines are Python strings, each
 a small object of the interpreter's allocator, whose 1 MiB arenas stay mapped while any
-object in them lives; a daemon that sorted 4 MiB of lines at every WARC file's close saw its
-heap swing by 4 MB a sort and keep a few of those MB for good now and then (issue 45's soak).
+object in them lives: with 4 MiB chunks a daemon's heap swung by up to 4 MB at every WARC
+file's close (docs/architecture.md, the long-lived structures).
 
 `index_warc` indexes a WARC file by reading it, with cdxj-indexer itself: for a file whose side
 file was lost (a write error, a kill between the WARC's close and the sort) and for
