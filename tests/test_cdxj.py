@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from test_warc import FillingDisk, check, hand_page, warc_files
 
 from larbinpy.demo import Page as WebPage
 from larbinpy.demo import Site, redirect
-from larbinpy.outputs.cdxj import index_name, sort_lines
+from larbinpy.outputs.cdxj import index_name, read_lines, sort_lines
 from larbinpy.outputs.warc import WarcOutput
 from larbinpy.records import Revisit
 
@@ -140,6 +141,44 @@ def test_the_external_sort_spills_runs_and_merges_them(tmp_path):
     assert out.read_text().splitlines(keepends=True) == sorted(set(lines))
     assert written == len(set(lines))
     assert [p.name for p in tmp_path.iterdir()] == ["sorted"]  # the runs are removed
+
+
+def test_runs_beyond_the_merge_fan_are_merged_in_rounds(tmp_path):
+    lines = [f"key{(i * 7919) % 5000:05d} {i % 3}\n" for i in range(20_000)]
+    out = tmp_path / "sorted"
+    with open(out, "w") as f:  # ~30 runs merged 4 at a time: rounds of rounds
+        written = sort_lines(iter(lines), f, tmp_path / "scratch", chunk=10_000, fan=4)
+    assert out.read_text().splitlines(keepends=True) == sorted(set(lines))
+    assert written == len(set(lines))
+    assert [p.name for p in tmp_path.iterdir()] == ["sorted"]
+
+
+def test_sorting_a_side_file_holds_a_small_chunk_of_it_in_memory(tmp_path):
+    """The index of a 16 MiB WARC file (~4 MB of lines, what `bench --soak` closes every few
+    seconds) is sorted holding at most one arena's worth (1 MiB) of its lines: a daemon that
+    held 4 MiB of lines at each sort saw its heap swing by 4 MB a sort and keep some of it."""
+    side = tmp_path / "w.cdxj.open"
+    with open(side, "w", encoding="utf-8") as f:
+        for i in range(15_000):  # ~300-byte lines, in the order records are written
+            n = (i * 7919) % 15_000
+            f.write(f"test,changing,etag-{n % 4})/p{n}.html 2026120617{i % 60:02d}{i % 59:02d} "
+                    f'{{"url": "http://etag-{n % 4}.changing.test:8080/p{n}.html", "mime": '
+                    f'"text/html", "status": "200", "digest": "sha1:{n:032d}", "length": '
+                    f'"{900 + n % 97}", "offset": "{i * 1000}", "filename": '
+                    f'"larbinpy-20261206170000-00001.warc.gz"}}\n')
+    assert side.stat().st_size > 4 << 20
+    out = tmp_path / "w.cdxj"
+    tracemalloc.start()
+    try:
+        with open(out, "w", encoding="utf-8") as f:
+            written = sort_lines(read_lines(side), f, tmp_path / "w.sort")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert written == 15_000
+    text = out.read_text(encoding="utf-8").splitlines()
+    assert text == sorted(side.read_text(encoding="utf-8").splitlines())
+    assert peak <= 1 << 20, f"the sort held {peak / 1e6:.1f} MB"
 
 
 class OwnIndexPywb(Pywb):

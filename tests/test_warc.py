@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import gzip
 import json
 import re
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 from conftest import html
@@ -157,6 +159,36 @@ def test_a_file_is_open_while_written_and_renamed_when_closed(tmp_path):
     warc = names[1].removesuffix(".open")
     assert final == [warc.removesuffix(".warc.gz") + ".cdxj", warc]
     check([tmp_path / warc])
+
+
+def test_a_closed_file_leaves_nothing_in_memory(tmp_path):
+    """A daemon closes a WARC file every few seconds for months (`warcMaxSize` small, issue
+    45's soak): the output keeps nothing of each closed file (it once kept its path)."""
+    import larbinpy.outputs.warc as warc_module
+
+    out = WarcOutput(str(tmp_path), prefix="t", max_size=1)  # a file for every page
+
+    def rotate(n: int) -> None:
+        for i in range(n):
+            out.write(hand_page(f"http://x.test/{i % 50}", b"hello"))
+        out.flush()  # as each checkpoint does
+        out.sorter.wait()  # the indexes written (the worker's memory is its own business)
+        for p in tmp_path.glob("t-*"):
+            p.unlink()  # rotated away, as logrotate-like operators do
+        gc.collect()  # (warcio's records hold cycles: garbage, not kept)
+
+    tracemalloc.start(8)
+    try:
+        held = tracemalloc.Filter(True, warc_module.__file__, all_frames=True)
+        rotate(100)  # traced from the start: first-use allocations and caches made
+        before = tracemalloc.take_snapshot().filter_traces([held])
+        rotate(200)
+        after = tracemalloc.take_snapshot().filter_traces([held])
+    finally:
+        tracemalloc.stop()
+    out.close()
+    grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
+    assert grown < 200 * 40, f"{grown} bytes kept over 200 closed files"
 
 
 def test_duplicates_become_revisits_of_the_archived_payload(tmp_path):

@@ -9,8 +9,12 @@ has no status). The WARC writer knows each record's offset and gzip member's len
 appends it, so `WarcIndex.add` makes the line then (a SURT key, a JSON dump: ~40 µs) and
 appends it to an unsorted side file `NAME.cdxj.open`. When the WARC file is closed the side file
 is sorted into `NAME.cdxj` beside `NAME.warc.gz` in a worker thread (`Sorter`): an external
-merge sort in chunks of `SORT_CHUNK` bytes, so memory stays bounded whatever the file's size
-(and the index of one file is bounded by `warcMaxSize` anyway: about 300 bytes a record).
+merge sort in chunks of `SORT_CHUNK` bytes, at most `MERGE_FAN` runs merged at once, so its
+memory and descriptors are constants whatever the file's size (the index of one file is
+about 300 bytes a record). The chunk is small on purpose: its lines are Python strings, each
+a small object of the interpreter's allocator, whose 1 MiB arenas stay mapped while any
+object in them lives: with 4 MiB chunks a daemon's heap swung by up to 4 MB at every WARC
+file's close (docs/architecture.md, the long-lived structures).
 
 `index_warc` indexes a WARC file by reading it, with cdxj-indexer itself: for a file whose side
 file was lost (a write error, a kill between the WARC's close and the sort) and for
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import itertools
 import json
 import logging
 import os
@@ -38,7 +43,10 @@ from warcio.timeutils import iso_date_to_timestamp
 
 log = logging.getLogger("larbinpy.outputs")
 
-SORT_CHUNK = 4 << 20  # bytes of lines sorted in memory at once (a chunk's sort holds the GIL)
+# bytes of lines sorted in memory at once: with the strings' headers, within one arena of the
+# interpreter's allocator (a chunk's sort holds the GIL, so a small one is short too)
+SORT_CHUNK = 512 << 10
+MERGE_FAN = 64  # sorted runs merged at once (files open); more are merged in rounds
 INDEX_SUFFIX = ".cdxj"
 # cdxj-indexer's CDXJIndexer.RE_SPACE: a media type ends at a `;` or a space. (cdxj_indexer
 # itself is imported only to read a file: it brings multipart and py3amf, which a crawl's
@@ -167,11 +175,13 @@ class WarcIndex:
 
 
 def sort_lines(lines: Iterable[str], out: IO[str], scratch: Path,
-               chunk: int = SORT_CHUNK) -> int:
+               chunk: int = SORT_CHUNK, fan: int = MERGE_FAN) -> int:
     """Write `lines` sorted into `out`, identical neighbours once (as cdxj-indexer's
     SortingWriter does); runs of `chunk` bytes are sorted in memory and spilled to files
-    `scratch.N`, merged at the end. The number of lines written."""
+    `scratch.N`, merged at the end, `fan` at a time (more in rounds, each writing one longer
+    run). The number of lines written."""
     runs: list[Path] = []
+    names = (scratch.with_name(f"{scratch.name}.{n}") for n in itertools.count())
     buffer: list[str] = []
     size = 0
     try:
@@ -179,14 +189,18 @@ def sort_lines(lines: Iterable[str], out: IO[str], scratch: Path,
             buffer.append(line)
             size += len(line)
             if size >= chunk:
-                runs.append(_spill(buffer, scratch.with_name(f"{scratch.name}.{len(runs)}")))
+                runs.append(_spill(buffer, next(names)))
                 buffer, size = [], 0
         buffer.sort()
         if not runs:
             return _write_unique(buffer, out)
         if buffer:
-            runs.append(_spill(buffer, scratch.with_name(f"{scratch.name}.{len(runs)}")))
+            runs.append(_spill(buffer, next(names)))
             buffer = []
+        while len(runs) > fan:  # a round: the oldest `fan` runs into one
+            group, runs = runs[:fan], runs[fan:]
+            runs.append(next(names))  # (listed first: removed below if the merge fails)
+            _merge(group, runs[-1])
         with contextlib.ExitStack() as stack:
             files = [stack.enter_context(open(r, encoding="utf-8")) for r in runs]
             return _write_unique(heapq.merge(*files), out)
@@ -202,6 +216,19 @@ def _spill(buffer: list[str], path: Path) -> Path:
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(buffer)
     return path
+
+
+def _merge(runs: list[Path], path: Path) -> None:
+    """Sorted runs merged into one at `path` (duplicates kept: the last merge drops them);
+    the runs deleted."""
+    try:
+        with contextlib.ExitStack() as stack, open(path, "w", encoding="utf-8") as f:
+            files = [stack.enter_context(open(r, encoding="utf-8")) for r in runs]
+            f.writelines(heapq.merge(*files))
+    finally:
+        for r in runs:
+            with contextlib.suppress(OSError):
+                r.unlink()
 
 
 def _write_unique(lines: Iterable[str], out: IO[str]) -> int:

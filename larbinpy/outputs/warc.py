@@ -199,7 +199,6 @@ class WarcOutput(Archive):
         self.sorter = Sorter()  # sorts each closed file's lines into its index
         self.final_name = ""
         self.serial = -1  # found on the first file
-        self.files: list[Path] = []  # closed files, in order
         self.records = 0
         # payload digest -> "uri date record-id" of 2xx responses archived, for noDup's
         # revisits (`dedup`: only noDup has duplicates; kept without it, a recrawl's every
@@ -404,7 +403,6 @@ class WarcOutput(Archive):
                 if index is not None:
                     index.discard()
                 raise
-            self.files.append(final)
             self.unsynced.wrote(self.root, final.name)
             if index is not None:
                 self.sorter.submit(final, index)
