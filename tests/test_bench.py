@@ -48,7 +48,7 @@ def test_bench_writes_in_memory_only_where_there_is_room(tmp_path) -> None:
 
 
 def test_bench_politeness_mode_never_beats_the_politeness_clock() -> None:
-    """--wait: the report has the whole-run and steady-state rates beside the ideal, the
+    """--wait: the report has the whole-run and middle rates beside the ideal, the
     sites-in-memory budget and the CPU bound, and the server saw no two requests to one IP
     closer than waitDuration (robots.txt included)."""
     result = bench_json("--hosts", "4", "--pages", "4", "--per-host", "1", "--wait", "0.3",
@@ -58,7 +58,11 @@ def test_bench_politeness_mode_never_beats_the_politeness_clock() -> None:
     assert polite["ideal_pages_per_s"] == round(4 / 0.3, 1)
     assert polite["budget_pages_per_s"] == 10.0  # 3 sites at work, one page each per 0.3 s
     assert polite["cpu_pages_per_s"] > polite["ideal_pages_per_s"]
-    assert 0 < polite["achieved_over_ideal"] < polite["steady_over_ideal"] <= 1.0
+    assert 0 < polite["achieved_over_ideal"] <= 1.0
+    # (the budget is not a hard bound: a site whose queue is empty leaves it while its clock runs)
+    assert polite["achieved_over_bound"] > 0.3
+    # the crawl's pace without its start and tail: faster than the whole run's
+    assert polite["middle_requests_per_s"] > 20 / result["crawl"]["seconds"]
     assert polite["requests"] == 20 and polite["gaps"] == 0  # 16 pages and 4 robots.txt
     assert polite["shortest_spacing"] >= 0.3 - polite["slack"]
     assert result["warnings"] == []
