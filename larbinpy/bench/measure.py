@@ -289,7 +289,8 @@ def report_text(result: dict[str, Any]) -> str:
                      f"x{q['achieved_over_ideal']:.3f} of the ideal, "
                      f"x{q['achieved_over_bound']:.3f} of the lower of ideal and budget, "
                      f"over the whole run (start-up, robots.txt and the tail included); the "
-                     f"middle 80% of the requests (robots.txt included) at {q['middle_requests_per_s']} a second")
+                     f"middle 80% of the requests (robots.txt included) at "
+                     f"{q['middle_requests_per_s']} a second")
         lines.append(f"  politeness gaps: {q['gaps']} of {q['requests']} requests (two starts "
                      f"on one IP under {q['wait']} s less {q['slack']} s; the shortest "
                      f"spacing {q['shortest_spacing']} s)")
