@@ -772,8 +772,9 @@ def default_hash_size(seen_set: str, cluster: bool) -> int:
     return LOSSY_HASH_SIZE if seen_set == "bitmap" and not cluster else Config.hash_size
 
 
-SITES_A_WAIT_SECOND = 1_500  # pages a second one core parses, about: what the default serves
-SITES_DEFAULT_MAX = 90_000  # ~270 MB of sites at ~3 kB each (docs/architecture.md)
+# pages a second the default budget serves: about what one core parses (docs/benchmarks.md)
+SITES_A_WAIT_SECOND = 1_500
+SITES_DEFAULT_MAX = 90_000  # what fits a 500 MB crawl with the rest (docs/architecture.md)
 
 
 def default_sites_in_memory(wait_duration: float) -> int:

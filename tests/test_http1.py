@@ -420,13 +420,15 @@ async def test_304_without_length_ends_at_its_head_and_keeps_the_connection(
         assert len(server.peers) == 1
 
 
-async def test_idle_pooled_connection_is_closed_after_keepalive_seconds(serve, make_client):
-    async def answer_then_watch(peer: Peer) -> None:
-        head = await peer.request()
-        assert head is not None
-        await peer.send(ok(b"x"))
-        await peer.wait_eof()
+async def answer_then_watch(peer: Peer) -> None:
+    """Answer one request, then wait for the client to close the connection."""
+    head = await peer.request()
+    assert head is not None
+    await peer.send(ok(b"x"))
+    await peer.wait_eof()
 
+
+async def test_idle_pooled_connection_is_closed_after_keepalive_seconds(serve, make_client):
     async with asyncio.timeout(LIMIT):
         server = await serve(answer_then_watch)
         client = make_client(keepalive=0.3)
@@ -442,12 +444,6 @@ async def test_idle_pooled_connection_is_closed_after_keepalive_seconds(serve, m
 async def test_without_keepalive_the_connection_closes_after_each_answer(serve, make_client):
     """keepalive 0 (a waitDuration whose next turn is past KEEPALIVE_MAX): the client closes
     the connection once the answer is read and keeps nothing idle; the next GET connects anew."""
-    async def answer_then_watch(peer: Peer) -> None:
-        head = await peer.request()
-        assert head is not None
-        await peer.send(ok(b"x"))
-        await peer.wait_eof()
-
     async with asyncio.timeout(LIMIT):
         server = await serve(answer_then_watch)
         client = make_client(keepalive=0)

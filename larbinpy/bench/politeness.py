@@ -2,7 +2,7 @@
 seen from the side they protect.
 
 `synth serve --wait W` notes the start of every request an IP receives (robots.txt included):
-its first and last start, its count, the shortest spacing between two starts and the spacings
+its last start, the shortest spacing between two starts and the spacings
 shorter than W (less a slack for the server's own lag, `slack`), which are the politeness gaps;
 and every start in order, for the rate of the middle 80% of the requests (the crawl without its
 start and its tail).
@@ -25,7 +25,7 @@ from aiohttp import web
 from larbinpy.demo.web import Page
 
 CONTROL_HOST = "control.bench.test"
-_LAST, _COUNT, _SHORTEST = range(3)
+_LAST, _SHORTEST = range(2)  # an IP's record: its last start, its shortest spacing
 
 
 def slack(wait: float) -> float:
@@ -53,14 +53,13 @@ class PolitenessLog:
         self.starts.append(now)
         seen = self.ips.get(sockname[0])
         if seen is None:
-            self.ips[sockname[0]] = [now, 1.0, float("inf")]
+            self.ips[sockname[0]] = [now, float("inf")]
             return
         spacing = now - seen[_LAST]
         if spacing < self.floor:
             self.gaps += 1
         seen[_SHORTEST] = min(seen[_SHORTEST], spacing)
         seen[_LAST] = now
-        seen[_COUNT] += 1
 
     def summary(self) -> dict[str, Any]:
         """Requests, IPs asked, gaps, the shortest spacing, and the rate of the middle 80% of

@@ -64,8 +64,8 @@ def keepalive_seconds(cfg: Config) -> float:
     """How long an idle connection is kept: until the site's next turn when that comes within
     KEEPALIVE_MAX, else not at all (0: closed after each answer)."""
     # Long-lived idle sockets to thousands of sites cost memory and descriptors on both ends,
-    # and one that expires before the site's next turn was kept for nothing: at waitDuration
-    # 60 with 1,000 fetches a second, 10 s of idle connections were 10,000 descriptors.
+    # and one that expires before the site's next turn is kept for nothing: at a polite
+    # crawl's pace that is a descriptor a fetch (docs/architecture.md, "What a site costs").
     keep = cfg.wait_duration + 2.0
     return keep if keep <= KEEPALIVE_MAX else 0.0
 
